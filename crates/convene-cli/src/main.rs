@@ -1,1 +1,104 @@
-fn main() {}
+//! `convene`: run the daemon (`convene serve`) or talk to it.
+
+mod client_cmds;
+mod ledger_io;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+/// Convene: a durable collaboration ledger for agents and their human.
+#[derive(Parser)]
+#[command(name = "convene", version, about)]
+struct Cli {
+    /// Home directory (default: $CONVENE_HOME or ~/.convene).
+    #[arg(long, global = true, env = "CONVENE_HOME")]
+    home: Option<PathBuf>,
+    /// Print machine-readable JSON.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run the daemon in the foreground.
+    Serve {
+        /// Also listen on TCP (e.g. 127.0.0.1:9765). Non-loopback peers must send args.api_key.
+        #[arg(long)]
+        tcp: Option<String>,
+        /// Stream heartbeat interval in milliseconds.
+        #[arg(long, default_value_t = 30_000)]
+        heartbeat_ms: u64,
+    },
+    /// Daemon status.
+    Status,
+    /// Groups.
+    #[command(subcommand)]
+    Group(client_cmds::GroupCmd),
+    /// Actors of a group.
+    #[command(subcommand)]
+    Actor(client_cmds::ActorCmd),
+    /// Send a message.
+    Send(client_cmds::SendArgs),
+    /// Reply to a message.
+    Reply(client_cmds::ReplyArgs),
+    /// An actor's Mail inbox.
+    Inbox(client_cmds::InboxArgs),
+    /// Print a group's ledger; `--follow` keeps streaming.
+    Tail(client_cmds::TailArgs),
+    /// Export or import a ledger as NDJSON.
+    #[command(subcommand)]
+    Ledger(ledger_io::LedgerCmd),
+    /// Print the API key (for remote TCP clients).
+    ShowKey,
+}
+
+fn default_home() -> PathBuf {
+    std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(".")).join(".convene")
+}
+
+fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("CONVENE_LOG").unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let home = cli.home.clone().unwrap_or_else(default_home);
+    match cli.cmd {
+        Cmd::Serve { tcp, heartbeat_ms } => {
+            let mut cfg = convene_daemon::Config::new(home);
+            cfg.tcp = tcp;
+            cfg.heartbeat = Duration::from_millis(heartbeat_ms.max(10));
+            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            rt.block_on(async move {
+                let running = convene_daemon::start(cfg).await?;
+                running.wait().await;
+                anyhow::Ok(())
+            })
+        }
+        Cmd::ShowKey => {
+            let key = std::fs::read_to_string(home.join("auth.key"))?;
+            println!("{}", key.trim());
+            Ok(())
+        }
+        Cmd::Ledger(c) => ledger_io::run(&home, cli.json, c),
+        other => client_cmds::run(&home, cli.json, other_into(other)),
+    }
+}
+
+fn other_into(c: Cmd) -> client_cmds::Cmd {
+    match c {
+        Cmd::Status => client_cmds::Cmd::Status,
+        Cmd::Group(g) => client_cmds::Cmd::Group(g),
+        Cmd::Actor(a) => client_cmds::Cmd::Actor(a),
+        Cmd::Send(s) => client_cmds::Cmd::Send(s),
+        Cmd::Reply(r) => client_cmds::Cmd::Reply(r),
+        Cmd::Inbox(i) => client_cmds::Cmd::Inbox(i),
+        Cmd::Tail(t) => client_cmds::Cmd::Tail(t),
+        Cmd::Serve { .. } | Cmd::Ledger(_) | Cmd::ShowKey => client_cmds::Cmd::Status,
+    }
+}

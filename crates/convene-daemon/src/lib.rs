@@ -1,1 +1,201 @@
-//! convene-daemon
+//! The Convene daemon: opens the home, starts the single ledger writer, the runtime delivery
+//! worker and the faces (today: CCCC daemon IPC v1 on a Unix socket and optional TCP).
+
+pub mod blobs;
+pub mod home;
+pub mod hub;
+pub mod ipc;
+pub mod ledger;
+pub mod runtime;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use convene_core::Limits;
+use serde_json::json;
+use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::watch;
+
+use crate::blobs::Blobs;
+use crate::home::{Home, HomeError};
+use crate::ipc::Trust;
+use crate::ledger::Ledger;
+use crate::runtime::Runtime;
+
+/// Daemon settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Home directory.
+    pub home: PathBuf,
+    /// Also listen on this TCP address (loopback peers are local; others need the API key).
+    pub tcp: Option<String>,
+    /// Stream heartbeat interval.
+    pub heartbeat: Duration,
+    /// Content limits.
+    pub limits: Limits,
+    /// How long a `command` runtime may take to accept a payload.
+    pub command_timeout: Duration,
+    /// Largest request line.
+    pub max_request_bytes: usize,
+}
+
+impl Config {
+    /// Defaults for a home.
+    pub fn new(home: PathBuf) -> Self {
+        Self {
+            home,
+            tcp: None,
+            heartbeat: Duration::from_secs(30),
+            limits: Limits::default(),
+            command_timeout: Duration::from_secs(30),
+            max_request_bytes: convene_ipc::MAX_REQUEST_BYTES,
+        }
+    }
+}
+
+/// Startup failures.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    /// Home could not be opened or is locked.
+    #[error(transparent)]
+    Home(#[from] HomeError),
+    /// The ledger could not be opened.
+    #[error("ledger: {0}")]
+    Ledger(#[from] convene_core::CoreError),
+    /// A listener could not be bound.
+    #[error("listen {0}: {1}")]
+    Listen(String, std::io::Error),
+}
+
+/// Shared state every face uses.
+pub struct Daemon {
+    /// The ledger.
+    pub ledger: Ledger,
+    /// Runtime delivery.
+    pub runtime: Runtime,
+    /// Attachment blobs.
+    pub blobs: Blobs,
+    /// API key required from remote TCP peers.
+    pub api_key: String,
+    /// Stream heartbeat interval.
+    pub heartbeat: Duration,
+    /// Largest request line.
+    pub max_request_bytes: usize,
+    shutdown: watch::Sender<bool>,
+}
+
+impl Daemon {
+    /// Asks every listener and stream to stop.
+    pub fn request_shutdown(&self) {
+        self.shutdown.send_replace(true);
+    }
+
+    /// Watches for shutdown.
+    pub fn shutdown_rx(&self) -> watch::Receiver<bool> {
+        self.shutdown.subscribe()
+    }
+}
+
+/// A started daemon.
+pub struct Running {
+    /// Shared state.
+    pub daemon: Arc<Daemon>,
+    /// Unix socket path.
+    pub socket: PathBuf,
+    /// Bound TCP address, if any.
+    pub tcp: Option<SocketAddr>,
+    home: Home,
+}
+
+/// Starts the daemon: lock the home, open the ledger (settling stale claims first), bind.
+pub async fn start(cfg: Config) -> Result<Running, DaemonError> {
+    let home = Home::open(&cfg.home)?;
+    let api_key = home.api_key()?;
+    let (ledger, commits) = Ledger::open(&home.db(), cfg.limits.clone())?;
+    let blobs = Blobs::open(home.root.join("blobs")).map_err(|e| HomeError::Io(home.root.join("blobs"), e))?;
+    let runtime = Runtime::new(ledger.clone(), cfg.command_timeout);
+    runtime.spawn_worker(commits);
+    let (shutdown, _) = watch::channel(false);
+    let daemon = Arc::new(Daemon { ledger, runtime, blobs, api_key, heartbeat: cfg.heartbeat, max_request_bytes: cfg.max_request_bytes, shutdown });
+
+    // We hold the home lock, so a socket file left behind is stale.
+    let sock = home.socket();
+    let _ = std::fs::remove_file(&sock);
+    let ul = UnixListener::bind(&sock).map_err(|e| DaemonError::Listen(sock.display().to_string(), e))?;
+    spawn_unix(daemon.clone(), ul);
+    let mut tcp = None;
+    if let Some(addr) = &cfg.tcp {
+        let tl = TcpListener::bind(addr).await.map_err(|e| DaemonError::Listen(addr.clone(), e))?;
+        tcp = tl.local_addr().ok();
+        spawn_tcp(daemon.clone(), tl);
+    }
+    home.write_addr(&json!({
+        "v": 1, "transport": "unix", "path": sock.display().to_string(), "host": "", "port": 0,
+        "tcp": tcp.map(|a| a.to_string()),
+        "pid": std::process::id(), "version": env!("CARGO_PKG_VERSION"), "implementation": "convene",
+        "ts": convene_core::event::format_ts(time::OffsetDateTime::now_utc()),
+    }))?;
+    tracing::info!(home = %home.root.display(), socket = %sock.display(), tcp = ?tcp, "convene daemon ready");
+    Ok(Running { daemon, socket: sock, tcp, home })
+}
+
+fn spawn_unix(d: Arc<Daemon>, l: UnixListener) {
+    let mut stop = d.shutdown_rx();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                r = l.accept() => match r {
+                    Ok((s, _)) => { tokio::spawn(ipc::serve_conn(d.clone(), s, Trust::Local)); }
+                    Err(e) => { tracing::warn!(error = %e, "accept failed"); tokio::time::sleep(Duration::from_millis(50)).await; }
+                },
+                _ = stop.changed() => return,
+            }
+        }
+    });
+}
+
+fn spawn_tcp(d: Arc<Daemon>, l: TcpListener) {
+    let mut stop = d.shutdown_rx();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                r = l.accept() => match r {
+                    Ok((s, peer)) => {
+                        let _ = s.set_nodelay(true);
+                        let trust = if peer.ip().is_loopback() { Trust::Local } else { Trust::Remote };
+                        tokio::spawn(ipc::serve_conn(d.clone(), s, trust));
+                    }
+                    Err(e) => { tracing::warn!(error = %e, "accept failed"); tokio::time::sleep(Duration::from_millis(50)).await; }
+                },
+                _ = stop.changed() => return,
+            }
+        }
+    });
+}
+
+impl Running {
+    /// Waits until shutdown is requested (IPC `shutdown` or a signal), then cleans up.
+    pub async fn wait(self) {
+        let mut rx = self.daemon.shutdown_rx();
+        let d = self.daemon.clone();
+        tokio::spawn(async move {
+            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {},
+                _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {},
+            }
+            d.request_shutdown();
+        });
+        while !*rx.borrow_and_update() {
+            if rx.changed().await.is_err() {
+                break;
+            }
+        }
+        // Let in-flight answers leave before the socket goes away.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        self.home.cleanup();
+        tracing::info!("convene daemon stopped");
+    }
+}

@@ -1,0 +1,460 @@
+//! Chat events (§6), system notifications (§7), attachments (§8) and relay (§9).
+
+use serde_json::{json, Map, Value};
+use unicode_normalization::UnicodeNormalization;
+
+use super::{get_str, is_privileged, Ctx};
+use crate::command::{RelayArgs, SendArgs};
+use crate::error::{CoreError, ErrorCode};
+use crate::event::{kinds, Event};
+use crate::routing::{self, Audience};
+use crate::view::{Change, ObligationStatus};
+
+/// Max normalized characters of `insight` (§6.1).
+pub const MAX_INSIGHT_CHARS: usize = 1200;
+
+const MODES: &[&str] = &["send", "request_reply", "mail"];
+
+/// Normalized length of an insight: NFC, trimmed, whitespace runs collapsed, in characters.
+pub fn insight_len(s: &str) -> usize {
+    normalize_insight(s).chars().count()
+}
+
+fn normalize_insight(s: &str) -> String {
+    let nfc: String = s.nfc().collect();
+    nfc.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Concrete actor recipients that get a runtime delivery for a `chat.message`:
+/// `send` and `request_reply` to agents, excluding the sender; never `mail` (§6.4).
+pub fn delivery_targets(group: &crate::model::Group, ev: &Event) -> Vec<String> {
+    if ev.kind != kinds::CHAT_MESSAGE {
+        return Vec::new();
+    }
+    match ev.data_str("message_mode") {
+        Some("send") | Some("request_reply") => {}
+        _ => return Vec::new(),
+    }
+    let to = string_array(ev.data.get("to"));
+    routing::expand(group, &to)
+        .into_iter()
+        .filter(|a| a != routing::USER && a != &ev.by)
+        .filter(|a| group.actor(a).map(|x| x.enabled).unwrap_or(false))
+        .collect()
+}
+
+fn string_array(v: Option<&Value>) -> Vec<String> {
+    v.and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect())
+        .unwrap_or_default()
+}
+
+fn check_objects(items: &[Value], field: &str, needs_path: bool) -> Result<(), CoreError> {
+    for (i, it) in items.iter().enumerate() {
+        let Some(o) = it.as_object() else {
+            return Err(CoreError::invalid(format!("{field}[{i}] must be an object")).with("field", field));
+        };
+        if needs_path && !o.get("path").map(Value::is_string).unwrap_or(false) {
+            return Err(CoreError::invalid(format!("{field}[{i}].path must be a string")).with("field", field));
+        }
+        if let Some(kind) = o.get("kind").and_then(Value::as_str) {
+            let ok = match kind {
+                "presentation_ref" => o.get("slot_id").map(Value::is_string).unwrap_or(false),
+                "task_ref" => o.get("task_id").map(Value::is_string).unwrap_or(false),
+                _ => true,
+            };
+            if !ok {
+                return Err(CoreError::invalid(format!("{field}[{i}] of kind {kind} lacks its identifier")).with("field", field));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Validates a send and builds its `data`; returns (data, audience, materialized to, mode).
+fn build_message(ctx: &Ctx<'_>, a: &SendArgs) -> Result<(Map<String, Value>, Audience, Vec<String>, String), CoreError> {
+    let g = ctx.group(&a.group_id)?;
+    ctx.check_principal(&a.group_id, &a.by)?;
+    let mode = a.message_mode.clone().unwrap_or_else(|| "send".into());
+    if !MODES.contains(&mode.as_str()) {
+        return Err(CoreError::invalid("message_mode must be send, request_reply or mail").with("field", "message_mode"));
+    }
+    let text = match &a.text {
+        Some(t) => t.clone(),
+        None => return Err(CoreError::invalid("text is required").with("field", "text")),
+    };
+    if text.is_empty() && a.attachments.is_empty() {
+        return Err(CoreError::invalid("text may be empty only when attachments convey the message").with("field", "text"));
+    }
+    let lim = ctx.limits;
+    if text.len() > lim.max_text_bytes {
+        return Err(CoreError::new(ErrorCode::LimitExceeded, format!("text exceeds {} bytes", lim.max_text_bytes))
+            .with("field", "text")
+            .with("limit", lim.max_text_bytes as u64));
+    }
+    if a.attachments.len() + a.refs.len() > lim.max_attachments {
+        return Err(CoreError::new(ErrorCode::LimitExceeded, format!("at most {} attachments and refs", lim.max_attachments)));
+    }
+    if a.to.len() > lim.max_recipients {
+        return Err(CoreError::new(ErrorCode::LimitExceeded, format!("at most {} recipients", lim.max_recipients)));
+    }
+    if let Some(f) = &a.format {
+        if f != "plain" && f != "markdown" {
+            return Err(CoreError::invalid("format must be plain or markdown").with("field", "format"));
+        }
+    }
+    let insight = match &a.insight {
+        Some(s) if !s.trim().is_empty() => {
+            let n = normalize_insight(s);
+            if n.chars().count() > MAX_INSIGHT_CHARS {
+                return Err(CoreError::invalid(format!("insight exceeds {MAX_INSIGHT_CHARS} characters"))
+                    .with("field", "insight")
+                    .with("limit", MAX_INSIGHT_CHARS as u64));
+            }
+            Some(n)
+        }
+        _ => None,
+    };
+    if a.src_group_id.is_some() != a.src_event_id.is_some() {
+        return Err(CoreError::invalid("src_group_id and src_event_id must be given together").with("field", "src_event_id"));
+    }
+    if let Some(c) = &a.client_id {
+        if c.is_empty() || c.len() > lim.max_client_id_bytes {
+            return Err(CoreError::invalid(format!("client_id must be 1-{} bytes", lim.max_client_id_bytes)).with("field", "client_id"));
+        }
+    }
+    check_objects(&a.attachments, "attachments", true)?;
+    check_objects(&a.refs, "refs", false)?;
+
+    let mut to_in = a.to.clone();
+    if let Some(rt) = &a.reply_to {
+        if mode == "request_reply" {
+            return Err(CoreError::invalid("a reply may not use message_mode request_reply").with("field", "message_mode"));
+        }
+        let target = ctx.view.event(&a.group_id, rt)?.ok_or_else(|| CoreError::no_event(rt))?;
+        if target.kind != kinds::CHAT_MESSAGE {
+            return Err(CoreError::invalid("reply_to must reference a chat.message").with("field", "reply_to"));
+        }
+        // A reply with no recipients goes back to the original sender.
+        if routing::normalize(&to_in).is_empty() {
+            let back = if target.by == "system" || target.by.starts_with("svc:") { "user".to_string() } else { target.by.clone() };
+            if back != a.by {
+                to_in = vec![back];
+            }
+        }
+    }
+    if mode == "request_reply" {
+        let n = routing::normalize(&to_in);
+        if n.is_empty() || n.iter().any(|t| routing::is_broadcast_selector(t)) {
+            return Err(CoreError::invalid("request_reply needs concrete recipients, not an empty list or @all/@peers/@foreman")
+                .with("field", "to")
+                .with("reason", "request_reply_needs_concrete_recipients"));
+        }
+    }
+    let (to, aud) = routing::materialize(g, &to_in)?;
+    if mode == "mail" && aud == Audience::Human {
+        return Err(CoreError::invalid("the user has no Mail inbox: use send or request_reply").with("field", "message_mode").with("reason", "mail_to_user"));
+    }
+    let mut d = Map::new();
+    d.insert("text".into(), Value::String(text));
+    d.insert("format".into(), Value::String(a.format.clone().unwrap_or_else(|| "plain".into())));
+    if let Some(i) = insight {
+        d.insert("insight".into(), Value::String(i));
+    }
+    d.insert("message_mode".into(), Value::String(mode.clone()));
+    d.insert("to".into(), json!(to));
+    if let Some(v) = &a.reply_to {
+        d.insert("reply_to".into(), Value::String(v.clone()));
+    }
+    if let Some(v) = &a.quote_text {
+        d.insert("quote_text".into(), Value::String(v.clone()));
+    }
+    if let (Some(gid), Some(eid)) = (&a.src_group_id, &a.src_event_id) {
+        d.insert("src_group_id".into(), Value::String(gid.clone()));
+        d.insert("src_event_id".into(), Value::String(eid.clone()));
+    }
+    if !a.attachments.is_empty() {
+        d.insert("attachments".into(), Value::Array(a.attachments.clone()));
+    }
+    if !a.refs.is_empty() {
+        d.insert("refs".into(), Value::Array(a.refs.clone()));
+    }
+    if let Some(v) = &a.client_id {
+        d.insert("client_id".into(), Value::String(v.clone()));
+    }
+    if let Some(v) = &a.client_ts {
+        d.insert("client_ts".into(), Value::String(v.clone()));
+    }
+    for (k, v) in &a.extra {
+        d.entry(k.clone()).or_insert_with(|| v.clone());
+    }
+    Ok((d, aud, to, mode))
+}
+
+/// Projections of one appended `chat.message`: obligations, Mail index, reply closing.
+pub(super) fn project_message(ctx: &mut Ctx<'_>, ev: &Event) -> Result<(), CoreError> {
+    let Some(g) = ctx.groups.get(&ev.group_id) else { return Ok(()) };
+    let to = string_array(ev.data.get("to"));
+    let recipients: Vec<String> = routing::expand(g, &to).into_iter().filter(|r| r != &ev.by).collect();
+    match ev.data_str("message_mode") {
+        Some("request_reply") => {
+            for r in &recipients {
+                ctx.out.changes.push(Change::Obligation {
+                    group_id: ev.group_id.clone(),
+                    source_event_id: ev.id.clone(),
+                    actor_id: r.clone(),
+                    status: ObligationStatus::Requested,
+                    closed_by: None,
+                });
+            }
+        }
+        Some("mail") => {
+            for r in recipients.iter().filter(|r| r.as_str() != routing::USER) {
+                ctx.out.changes.push(Change::MailIndex {
+                    group_id: ev.group_id.clone(),
+                    actor_id: r.clone(),
+                    seq: ev.seq,
+                    event_id: ev.id.clone(),
+                });
+            }
+        }
+        _ => {}
+    }
+    if let Some(rt) = ev.data_str("reply_to") {
+        // Only an open obligation of this replier closes; cancelled stays cancelled (§6.3).
+        let open = ctx.view.obligations(&ev.group_id, rt)?;
+        let pending = ctx.out.changes.iter().any(|c| matches!(c, Change::Obligation { source_event_id, actor_id, status, .. }
+            if source_event_id == rt && actor_id == &ev.by && *status != ObligationStatus::Requested));
+        if !pending && open.iter().any(|o| o.actor_id == ev.by && o.status == ObligationStatus::Requested) {
+            ctx.out.changes.push(Change::Obligation {
+                group_id: ev.group_id.clone(),
+                source_event_id: rt.to_string(),
+                actor_id: ev.by.clone(),
+                status: ObligationStatus::Replied,
+                closed_by: Some(ev.id.clone()),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Appends a validated message; returns the event. Handles `client_id` idempotency.
+fn append_message(ctx: &mut Ctx<'_>, a: &SendArgs) -> Result<Option<Event>, CoreError> {
+    if let Some(cid) = &a.client_id {
+        let since = ctx.now.unix_timestamp() - ctx.limits.idempotency_window_s;
+        if let Some(orig) = ctx.view.idempotent(&a.group_id, &a.by, cid, since)? {
+            if let Some(ev) = ctx.view.event(&a.group_id, &orig)? {
+                ctx.out.existing = Some(ev);
+                return Ok(None);
+            }
+        }
+    }
+    let (data, _aud, _to, _mode) = build_message(ctx, a)?;
+    let scope = ctx.scope_for(&a.group_id, &a.by);
+    let ev = ctx.append(&a.group_id, kinds::CHAT_MESSAGE, &a.by, scope, Value::Object(data))?;
+    project_message(ctx, &ev)?;
+    if let Some(cid) = &a.client_id {
+        ctx.out.changes.push(Change::Idempotency {
+            group_id: a.group_id.clone(),
+            by: a.by.clone(),
+            client_id: cid.clone(),
+            event_id: ev.id.clone(),
+            at_unix: ctx.now.unix_timestamp(),
+        });
+    }
+    Ok(Some(ev))
+}
+
+pub(super) fn send(ctx: &mut Ctx<'_>, a: SendArgs) -> Result<(), CoreError> {
+    append_message(ctx, &a).map(|_| ())
+}
+
+/// Relay (§9): a message in the destination with provenance, and the optional send record.
+pub(super) fn relay(ctx: &mut Ctx<'_>, r: RelayArgs) -> Result<(), CoreError> {
+    let src = ctx.group(&r.src_group_id)?.group_id.clone();
+    ctx.check_principal(&src, &r.send.by)?;
+    let dst = r.send.group_id.clone();
+    ctx.group(&dst)?;
+    if dst == src {
+        return Err(CoreError::invalid("destination group equals source group").with("field", "dst_group_id"));
+    }
+    let mut send = r.send.clone();
+    // Across groups the sender is not a member of the destination: it appears as a service.
+    if !super::is_privileged(&send.by) && !send.by.starts_with("svc:") && ctx.group(&dst)?.actor(&send.by).is_none() {
+        send.extra.insert("relay_by".into(), Value::String(send.by.clone()));
+        send.by = "svc:relay".into();
+    }
+    if let Some(eid) = &r.src_event_id {
+        let orig = ctx.view.event(&src, eid)?.ok_or_else(|| CoreError::no_event(eid))?;
+        let text = orig.data_str("text").unwrap_or_default().to_string();
+        send.text = Some(if r.summarized {
+            format!("[Summarized] {}", send.text.clone().filter(|t| !t.is_empty()).unwrap_or_else(|| summarize(&text)))
+        } else {
+            text
+        });
+        send.src_group_id = Some(src.clone());
+        send.src_event_id = Some(eid.clone());
+    } else {
+        // A new message authored here: its source record is the local send record below.
+        send.src_group_id = None;
+        send.src_event_id = None;
+    }
+    // Validate the destination message fully before appending anything.
+    build_message(ctx, &send)?;
+    let mut record_data = None;
+    if r.record || r.src_event_id.is_none() {
+        let mut rec = Map::new();
+        rec.insert("text".into(), Value::String(send.text.clone().unwrap_or_default()));
+        rec.insert("format".into(), Value::String("plain".into()));
+        rec.insert("message_mode".into(), Value::String("send".into()));
+        rec.insert("to".into(), json!(["user"]));
+        rec.insert("dst_group_id".into(), Value::String(dst.clone()));
+        rec.insert("dst_to".into(), json!(send.to));
+        rec.insert("dst_message_mode".into(), Value::String(send.message_mode.clone().unwrap_or_else(|| "send".into())));
+        record_data = Some(rec);
+    }
+    let mut rec_ev = None;
+    if let Some(mut rec) = record_data.clone() {
+        if r.src_event_id.is_none() {
+            // The local record is the source of a freshly authored relay (§9.1 provenance).
+            let scope = ctx.scope_for(&src, &r.send.by);
+            let ev = ctx.append(&src, kinds::CHAT_MESSAGE, &r.send.by, scope, Value::Object(std::mem::take(&mut rec)))?;
+            send.src_group_id = Some(src.clone());
+            send.src_event_id = Some(ev.id.clone());
+            rec_ev = Some(ev);
+        }
+    }
+    let Some(dst_ev) = append_message(ctx, &send)? else { return Ok(()) };
+    if let Some(rec) = record_data {
+        if rec_ev.is_none() {
+            let mut rec = rec;
+            rec.insert("dst_event_id".into(), Value::String(dst_ev.id.clone()));
+            let scope = ctx.scope_for(&src, &r.send.by);
+            ctx.append(&src, kinds::CHAT_MESSAGE, &r.send.by, scope, Value::Object(rec))?;
+        }
+    }
+    Ok(())
+}
+
+/// A short summary: the first 280 characters.
+fn summarize(text: &str) -> String {
+    let s: String = text.chars().take(280).collect();
+    if s.len() < text.len() { format!("{s}…") } else { s }
+}
+
+pub(super) fn mail_read(ctx: &mut Ctx<'_>, group_id: &str, by: &str, actor_id: &str, event_id: &str) -> Result<(), CoreError> {
+    ctx.group(group_id)?;
+    if actor_id == routing::USER {
+        return Err(CoreError::invalid("the user has no Mail inbox").with("field", "actor_id"));
+    }
+    if ctx.group(group_id)?.actor(actor_id).is_none() {
+        return Err(CoreError::no_actor(actor_id));
+    }
+    if by != actor_id && !is_privileged(by) {
+        return Err(CoreError::denied(format!("only {actor_id} or the user may move {actor_id}'s Mail cursor")).with("by", by));
+    }
+    let seq = ctx
+        .view
+        .mail_addressed(group_id, actor_id, event_id)?
+        .ok_or_else(|| CoreError::invalid(format!("{event_id} is not a Mail message addressed to {actor_id}")).with("field", "event_id"))?;
+    let scope = ctx.scope_for(group_id, by);
+    ctx.append(group_id, kinds::MAIL_READ, by, scope, json!({"actor_id": actor_id, "event_id": event_id}))?;
+    if seq > ctx.view.mail_cursor(group_id, actor_id)? {
+        ctx.out.changes.push(Change::MailCursor {
+            group_id: group_id.to_string(),
+            actor_id: actor_id.to_string(),
+            seq,
+            event_id: event_id.to_string(),
+        });
+    }
+    Ok(())
+}
+
+pub(super) fn cancel(ctx: &mut Ctx<'_>, group_id: &str, by: &str, source_event_id: &str) -> Result<(), CoreError> {
+    ctx.group(group_id)?;
+    ctx.check_principal(group_id, by)?;
+    let src = ctx.view.event(group_id, source_event_id)?.ok_or_else(|| CoreError::no_event(source_event_id))?;
+    if src.kind != kinds::CHAT_MESSAGE || src.data_str("message_mode") != Some("request_reply") {
+        return Err(CoreError::invalid("target must be a request_reply chat.message").with("field", "source_event_id"));
+    }
+    if by != src.by && by != routing::USER {
+        return Err(CoreError::denied("only the original sender or the user may cancel").with("by", by));
+    }
+    let scope = ctx.scope_for(group_id, by);
+    let ev = ctx.append(group_id, kinds::REPLY_CANCELLED, by, scope, json!({"source_event_id": source_event_id}))?;
+    for o in ctx.view.obligations(group_id, source_event_id)? {
+        if o.status == ObligationStatus::Requested {
+            ctx.out.changes.push(Change::Obligation {
+                group_id: group_id.to_string(),
+                source_event_id: source_event_id.to_string(),
+                actor_id: o.actor_id,
+                status: ObligationStatus::Cancelled,
+                closed_by: Some(ev.id.clone()),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Whether a `system.notify` may leave for an external IM bridge (§7.1, fail-closed).
+pub fn im_eligible(data: &Value) -> bool {
+    let public = data.get("im_visibility").and_then(Value::as_str) == Some("public");
+    let targeted = data.get("target_actor_id").and_then(Value::as_str).map(|s| !s.is_empty()).unwrap_or(false);
+    public && !targeted
+}
+
+pub(super) fn notify(ctx: &mut Ctx<'_>, group_id: &str, by: &str, mut data: Map<String, Value>) -> Result<(), CoreError> {
+    ctx.group(group_id)?;
+    ctx.check_principal(group_id, by)?;
+    match data.get("kind") {
+        None => {
+            data.insert("kind".into(), Value::String("info".into()));
+        }
+        Some(Value::String(k)) if !k.is_empty() => {}
+        _ => return Err(CoreError::invalid("kind must be a non-empty string").with("field", "kind")),
+    }
+    match get_str(&data, "priority") {
+        None => {
+            data.insert("priority".into(), Value::String("normal".into()));
+        }
+        Some("low" | "normal" | "high" | "urgent") => {}
+        Some(_) => return Err(CoreError::invalid("priority must be low, normal, high or urgent").with("field", "priority")),
+    }
+    if let Some(t) = get_str(&data, "target_actor_id") {
+        if !t.is_empty() && ctx.group(group_id)?.actor(t).is_none() {
+            return Err(CoreError::no_actor(t));
+        }
+    }
+    let scope = ctx.scope_for(group_id, by);
+    ctx.append(group_id, kinds::SYSTEM_NOTIFY, by, scope, Value::Object(data))?;
+    Ok(())
+}
+
+pub(super) fn reaction(ctx: &mut Ctx<'_>, group_id: &str, by: &str, event_id: &str, emoji: &str) -> Result<(), CoreError> {
+    ctx.group(group_id)?;
+    ctx.check_principal(group_id, by)?;
+    if emoji.is_empty() || emoji.chars().count() > 16 {
+        return Err(CoreError::invalid("emoji must be 1-16 characters").with("field", "emoji"));
+    }
+    ctx.view.event(group_id, event_id)?.ok_or_else(|| CoreError::no_event(event_id))?;
+    let scope = ctx.scope_for(group_id, by);
+    ctx.append(group_id, kinds::CHAT_REACTION, by, scope, json!({"event_id": event_id, "actor_id": by, "emoji": emoji}))?;
+    Ok(())
+}
+
+pub(super) fn extension(ctx: &mut Ctx<'_>, group_id: &str, by: &str, kind: &str, data: Value) -> Result<(), CoreError> {
+    ctx.group(group_id)?;
+    ctx.check_principal(group_id, by)?;
+    if kind == kinds::RUNTIME_DELIVERY {
+        return Err(CoreError::denied("runtime.delivery is daemon-authored only").with("kind", kind));
+    }
+    if !(kind.starts_with("x.") || kind.starts_with("vendor.")) || kind.len() > 128 {
+        return Err(CoreError::invalid("extension kinds must start with x. or vendor.").with("kind", kind));
+    }
+    if !data.is_object() {
+        return Err(CoreError::invalid("data must be an object").with("field", "data"));
+    }
+    let scope = ctx.scope_for(group_id, by);
+    ctx.append(group_id, kind, by, scope, data)?;
+    Ok(())
+}

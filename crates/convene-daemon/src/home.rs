@@ -1,0 +1,105 @@
+//! The daemon's home directory: the ledger database, blobs, the API key, the endpoint file
+//! (`daemon/ccccd.addr.json`, so `CCCC_HOME=<home>` points cccc-sdk at us) and the lock that
+//! makes a second daemon on the same home refuse to start (CCCS §12 single writer).
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+/// Home layout and the held lock.
+pub struct Home {
+    /// Root directory.
+    pub root: PathBuf,
+    _lock: File,
+}
+
+/// Why the home could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum HomeError {
+    /// Another daemon holds the lock.
+    #[error("another convene daemon is already running on {0} (lock held)")]
+    Locked(PathBuf),
+    /// Filesystem error.
+    #[error("{0}: {1}")]
+    Io(PathBuf, std::io::Error),
+}
+
+impl Home {
+    /// Creates the layout and takes the exclusive lock.
+    pub fn open(root: &Path) -> Result<Self, HomeError> {
+        let io = |p: &Path| {
+            let p = p.to_path_buf();
+            move |e| HomeError::Io(p, e)
+        };
+        std::fs::create_dir_all(root.join("daemon")).map_err(io(root))?;
+        let lock_path = root.join("daemon").join("convene.lock");
+        let lock = OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path).map_err(io(&lock_path))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => return Err(HomeError::Locked(root.to_path_buf())),
+            Err(std::fs::TryLockError::Error(e)) => return Err(HomeError::Io(lock_path, e)),
+        }
+        Ok(Self { root: root.to_path_buf(), _lock: lock })
+    }
+
+    /// The ledger database.
+    pub fn db(&self) -> PathBuf {
+        self.root.join("ledger.sqlite")
+    }
+
+    /// The Unix socket.
+    pub fn socket(&self) -> PathBuf {
+        self.root.join("daemon").join("ccccd.sock")
+    }
+
+    /// The endpoint discovery file.
+    pub fn addr_file(&self) -> PathBuf {
+        self.root.join("daemon").join("ccccd.addr.json")
+    }
+
+    /// The API key, generated (mode 0600) at first start.
+    pub fn api_key(&self) -> Result<String, HomeError> {
+        let p = self.root.join("auth.key");
+        if let Ok(k) = std::fs::read_to_string(&p) {
+            let k = k.trim().to_string();
+            if !k.is_empty() {
+                return Ok(k);
+            }
+        }
+        let mut seed = Vec::new();
+        File::open("/dev/urandom")
+            .and_then(|mut f| {
+                let mut b = [0u8; 32];
+                std::io::Read::read_exact(&mut f, &mut b)?;
+                seed.extend_from_slice(&b);
+                Ok(())
+            })
+            .map_err(|e| HomeError::Io(p.clone(), e))?;
+        let key = format!("cvn_{}", hex::encode(Sha256::digest(&seed)));
+        write_private(&p, key.as_bytes()).map_err(|e| HomeError::Io(p.clone(), e))?;
+        Ok(key)
+    }
+
+    /// Writes the endpoint file atomically.
+    pub fn write_addr(&self, doc: &serde_json::Value) -> Result<(), HomeError> {
+        let p = self.addr_file();
+        let tmp = p.with_extension("json.tmp");
+        let body = serde_json::to_vec_pretty(doc).unwrap_or_default();
+        std::fs::write(&tmp, body).and_then(|_| std::fs::rename(&tmp, &p)).map_err(|e| HomeError::Io(p, e))
+    }
+
+    /// Removes the socket and endpoint file (at shutdown).
+    pub fn cleanup(&self) {
+        let _ = std::fs::remove_file(self.addr_file());
+        let _ = std::fs::remove_file(self.socket());
+    }
+}
+
+fn write_private(p: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = OpenOptions::new().create(true).write(true).truncate(true).mode(0o600).open(p)?;
+    f.write_all(bytes)?;
+    f.sync_all()
+}

@@ -1,0 +1,205 @@
+//! The native IPC face: CCCC daemon IPC v1 over a Unix socket and, when asked, TCP.
+//! Thin: parse a line, call the engine through the ledger, shape the result as CCCC does.
+
+mod args;
+mod ops_chat;
+mod ops_group;
+mod ops_ledger;
+mod stream;
+
+use std::sync::Arc;
+
+use convene_core::{Command, CoreError, ErrorCode, Event};
+use serde_json::{json, Map, Value};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
+
+use crate::Daemon;
+use args::Args;
+
+/// Every op this face serves (advertised in `ping.capabilities`).
+pub const OPS: &[&str] = &[
+    "ping", "version", "shutdown", "groups", "group_create", "group_show", "group_update", "group_delete",
+    "group_settings_update", "group_start", "group_stop", "group_set_state", "attach", "group_detach_scope",
+    "actor_add", "actor_update", "actor_remove", "actor_list", "send", "reply", "reply_request_cancel",
+    "message_deliver", "inbox_peek", "inbox_read", "message_history", "system_notify", "send_cross_group",
+    "source_resolve", "reaction", "append_event", "blob_put", "blob_get", "ledger_tail", "ledger_search",
+    "ledger_window", "ledger_statuses", "ledger_import", "events_stream", "runtime_attach",
+];
+
+/// Who is on the other end of a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trust {
+    /// Local socket or loopback: `by` is a trusted hint (documented in docs/SECURITY.md).
+    Local,
+    /// A remote TCP peer: every request must carry the daemon's API key.
+    Remote,
+}
+
+pub(crate) fn ev_value(e: &Event) -> Value {
+    serde_json::to_value(e).unwrap_or(Value::Null)
+}
+
+pub(crate) fn raw_value(json: &str) -> Value {
+    serde_json::from_str(json).unwrap_or(Value::Null)
+}
+
+pub(crate) fn error_line(e: &CoreError) -> Vec<u8> {
+    convene_ipc::err_line(e.code.as_str(), &e.message, e.details.clone())
+}
+
+enum Frame {
+    Line,
+    TooLarge,
+    Eof,
+}
+
+/// Reads one `\n`-terminated frame into `buf`, refusing (and skipping) frames over `max`.
+async fn read_frame<R: AsyncBufRead + Unpin>(r: &mut R, buf: &mut Vec<u8>, max: usize) -> std::io::Result<Frame> {
+    buf.clear();
+    let mut over = false;
+    loop {
+        let avail = r.fill_buf().await?;
+        if avail.is_empty() {
+            // A client that half-closes after its last request still gets its answer.
+            return Ok(if over { Frame::TooLarge } else if buf.is_empty() { Frame::Eof } else { Frame::Line });
+        }
+        if let Some(i) = avail.iter().position(|b| *b == b'\n') {
+            if !over && buf.len() + i <= max {
+                buf.extend_from_slice(&avail[..i]);
+            } else {
+                over = true;
+            }
+            r.consume(i + 1);
+            return Ok(if over { Frame::TooLarge } else { Frame::Line });
+        }
+        let n = avail.len();
+        if !over && buf.len() + n <= max {
+            buf.extend_from_slice(avail);
+        } else {
+            over = true;
+            buf.clear();
+        }
+        r.consume(n);
+    }
+}
+
+/// Serves one connection: any number of requests, answered in order.
+pub async fn serve_conn<S>(d: Arc<Daemon>, stream: S, trust: Trust)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let (r, w) = tokio::io::split(stream);
+    let mut r = BufReader::with_capacity(64 * 1024, r);
+    let mut w = BufWriter::with_capacity(64 * 1024, w);
+    let mut buf = Vec::with_capacity(4096);
+    loop {
+        let frame = match read_frame(&mut r, &mut buf, d.max_request_bytes).await {
+            Ok(f) => f,
+            Err(_) => return,
+        };
+        let out = match frame {
+            Frame::Eof => return,
+            Frame::TooLarge => convene_ipc::err_line(
+                ErrorCode::LimitExceeded.as_str(),
+                &format!("request exceeds {} bytes", d.max_request_bytes),
+                json!({"limit": d.max_request_bytes, "reason": "request_too_large"}).as_object().cloned().unwrap_or_default(),
+            ),
+            Frame::Line if buf.iter().all(u8::is_ascii_whitespace) => continue,
+            Frame::Line => match convene_ipc::parse_request(&buf) {
+                Err(e) => {
+                    let mut det = Map::new();
+                    if let Some(f) = e.field {
+                        det.insert("field".into(), json!(f));
+                    }
+                    convene_ipc::err_line(e.code, &e.message, det)
+                }
+                Ok(mut req) => {
+                    if trust == Trust::Remote {
+                        let key = req.args.remove("api_key").and_then(|v| v.as_str().map(str::to_string));
+                        if key.as_deref() != Some(d.api_key.as_str()) {
+                            let e = CoreError::denied("this endpoint requires args.api_key");
+                            let _ = w.write_all(&error_line(&e)).await;
+                            let _ = w.flush().await;
+                            continue;
+                        }
+                    }
+                    match req.op.as_str() {
+                        "events_stream" => {
+                            let _ = stream::events_stream(&d, Args(req.args), &mut r, &mut w).await;
+                            let _ = w.flush().await;
+                            return;
+                        }
+                        "runtime_attach" => {
+                            let _ = stream::runtime_attach(&d, Args(req.args), &mut r, &mut w).await;
+                            let _ = w.flush().await;
+                            return;
+                        }
+                        _ => match dispatch(&d, &req.op, Args(req.args)).await {
+                            Ok(v) => convene_ipc::ok_line(v),
+                            Err(e) => error_line(&e),
+                        },
+                    }
+                }
+            },
+        };
+        if w.write_all(&out).await.is_err() {
+            return;
+        }
+        // Answer now unless the client already pipelined more requests.
+        if r.buffer().is_empty() && w.flush().await.is_err() {
+            return;
+        }
+    }
+}
+
+async fn dispatch(d: &Daemon, op: &str, a: Args) -> Result<Value, CoreError> {
+    match op {
+        "ping" => Ok(ops_group::ping(d)),
+        "version" => Ok(ops_group::version()),
+        "shutdown" => {
+            d.request_shutdown();
+            Ok(json!({"shutting_down": true}))
+        }
+        "groups" => Ok(ops_group::groups(d)),
+        "group_create" => ops_group::group_create(d, &a).await,
+        "group_show" => ops_group::group_show(d, &a),
+        "group_update" => ops_group::group_update(d, &a).await,
+        "group_delete" => ops_group::group_delete(d, &a).await,
+        "group_settings_update" => ops_group::group_settings_update(d, &a).await,
+        "group_start" => ops_group::group_set_state(d, &a, Some("active")).await,
+        "group_stop" => ops_group::group_set_state(d, &a, Some("stopped")).await,
+        "group_set_state" => ops_group::group_set_state(d, &a, None).await,
+        "attach" => ops_group::attach(d, &a).await,
+        "group_detach_scope" => ops_group::detach_scope(d, &a).await,
+        "actor_add" => ops_group::actor_add(d, &a).await,
+        "actor_update" => ops_group::actor_update(d, &a).await,
+        "actor_remove" => ops_group::actor_remove(d, &a).await,
+        "actor_list" => ops_group::actor_list(d, &a),
+        "send" => ops_chat::send(d, &a).await,
+        "reply" => ops_chat::reply(d, &a).await,
+        "reply_request_cancel" => ops_chat::cancel(d, &a).await,
+        "message_deliver" => ops_chat::deliver(d, &a).await,
+        "inbox_peek" => ops_chat::inbox_peek(d, &a),
+        "inbox_read" => ops_chat::inbox_read(d, &a).await,
+        "message_history" => ops_chat::history(d, &a),
+        "system_notify" => ops_chat::notify(d, &a).await,
+        "send_cross_group" => ops_chat::cross_group(d, &a).await,
+        "source_resolve" => ops_chat::source_of(d, &a),
+        "reaction" => ops_chat::reaction(d, &a).await,
+        "append_event" => ops_chat::append(d, &a).await,
+        "blob_put" => ops_chat::blob_put(d, &a),
+        "blob_get" => ops_chat::blob_get(d, &a),
+        "ledger_tail" => ops_ledger::tail(d, &a),
+        "ledger_search" => ops_ledger::search(d, &a),
+        "ledger_window" => ops_ledger::window(d, &a),
+        "ledger_statuses" => ops_ledger::statuses(d, &a),
+        "ledger_import" => {
+            let gid = a.req("group_id")?;
+            let events = a.obj_list("events")?;
+            let n = events.len();
+            let c = d.ledger.execute(Command::Import { group_id: gid.clone(), events }).await?;
+            Ok(json!({"group_id": gid, "received": n, "imported": c.events.len(), "skipped": n - c.events.len()}))
+        }
+        _ => Err(CoreError::new(ErrorCode::UnknownOp, format!("unknown operation: {op}")).with("op", op)),
+    }
+}

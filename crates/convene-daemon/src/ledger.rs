@@ -1,0 +1,245 @@
+//! The ledger service: one writer thread owns the engine and the store's write connection.
+//!
+//! Run loop: take the first queued command, drain up to `MAX_BATCH` more, execute each through
+//! the engine against the open transaction, write events and projections, commit once (one
+//! fsync for the whole batch: group commit), and only then publish to the hub and answer.
+//! A storage failure rolls the batch back, reloads the engine from disk and fails every
+//! command of the batch: nothing unacknowledged is visible, nothing acknowledged is lost.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use convene_core::{Command, CoreError, DeliveryState, Engine, Event, Limits, Outcome};
+use convene_store::{Readers, Writer, WriterView};
+use parking_lot::RwLock;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::hub::{FeedEvent, Hub};
+
+/// Most commands committed in one transaction.
+const MAX_BATCH: usize = 512;
+/// Commands waiting for the writer before senders are told to back off.
+pub const QUEUE_DEPTH: usize = 8192;
+
+/// A committed command's result.
+#[derive(Debug)]
+pub struct Committed {
+    /// Events appended, with their stored JSON.
+    pub events: Vec<(Event, String)>,
+    /// For an idempotent duplicate: the original event.
+    pub existing: Option<Event>,
+}
+
+impl Committed {
+    /// The event the command is about.
+    pub fn primary(&self) -> Option<&Event> {
+        self.existing.as_ref().or_else(|| self.events.first().map(|(e, _)| e))
+    }
+}
+
+struct Job {
+    cmd: Command,
+    reply: oneshot::Sender<Result<Committed, CoreError>>,
+}
+
+/// Handle to the ledger: cheap to clone.
+#[derive(Clone)]
+pub struct Ledger {
+    tx: mpsc::Sender<Job>,
+    engine: Arc<RwLock<Engine>>,
+    readers: Arc<Readers>,
+    hub: Arc<Hub>,
+    committed: mpsc::UnboundedSender<Arc<Vec<Event>>>,
+}
+
+/// Receives every committed batch's events (for runtime delivery).
+pub type CommitFeed = mpsc::UnboundedReceiver<Arc<Vec<Event>>>;
+
+impl Ledger {
+    /// Opens the store at `db`, loads the engine, settles claims left by a previous process
+    /// (§6.4) and starts the writer thread.
+    pub fn open(db: &Path, limits: Limits) -> Result<(Self, CommitFeed), CoreError> {
+        let mut writer = convene_store::open_writer(db)?;
+        let groups = writer.load_groups()?;
+        let mut engine = Engine::new(groups, limits);
+        settle_claims(&mut writer, &mut engine)?;
+        let readers = Arc::new(convene_store::open_readers(db, 4)?);
+        let hub = Arc::new(Hub::new(4096));
+        for g in engine.groups() {
+            hub.feed(&g.group_id, g.last_seq);
+        }
+        let engine = Arc::new(RwLock::new(engine));
+        let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
+        let (ctx, crx) = mpsc::unbounded_channel();
+        let ledger = Self { tx, engine: engine.clone(), readers, hub: hub.clone(), committed: ctx };
+        let committed = ledger.committed.clone();
+        std::thread::Builder::new()
+            .name("convene-writer".into())
+            .spawn(move || writer_loop(writer, engine, hub, rx, committed))
+            .map_err(|e| CoreError::storage(format!("cannot start writer: {e}")))?;
+        Ok((ledger, crx))
+    }
+
+    /// Executes a command; resolves once it is durable (or refused).
+    pub async fn execute(&self, cmd: Command) -> Result<Committed, CoreError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Job { cmd, reply })
+            .await
+            .map_err(|_| CoreError::new(convene_core::ErrorCode::DaemonUnavailable, "ledger writer stopped"))?;
+        rx.await.map_err(|_| CoreError::new(convene_core::ErrorCode::DaemonUnavailable, "ledger writer stopped"))?
+    }
+
+    /// Read access to committed engine state (groups, actors, settings).
+    pub fn engine(&self) -> parking_lot::RwLockReadGuard<'_, Engine> {
+        self.engine.read()
+    }
+
+    /// Read connections to the store.
+    pub fn readers(&self) -> &Arc<Readers> {
+        &self.readers
+    }
+
+    /// The subscriber hub.
+    pub fn hub(&self) -> &Arc<Hub> {
+        &self.hub
+    }
+}
+
+/// Settles every `claimed` delivery of a previous process to `ambiguous`, before anything
+/// else runs (§6.4). Runs synchronously at startup.
+fn settle_claims(writer: &mut Writer, engine: &mut Engine) -> Result<(), CoreError> {
+    let claimed = writer.claimed_deliveries()?;
+    if claimed.is_empty() {
+        return Ok(());
+    }
+    let tx = writer.begin()?;
+    for (group_id, delivery_id) in &claimed {
+        let cmd = Command::DeliveryResult {
+            group_id: group_id.clone(),
+            delivery_id: delivery_id.clone(),
+            state: DeliveryState::Ambiguous,
+            reason: Some("daemon stopped after claim; handoff cannot be proven".into()),
+        };
+        let view = WriterView::new(&tx);
+        let out = engine.execute(&view, cmd, time::OffsetDateTime::now_utc())?;
+        convene_store::apply(&tx, &out)?;
+    }
+    tx.commit().map_err(|e| CoreError::storage(e.to_string()))?;
+    tracing::warn!(count = claimed.len(), "settled claimed deliveries to ambiguous at startup");
+    Ok(())
+}
+
+type Answer = (oneshot::Sender<Result<Committed, CoreError>>, Result<(Outcome, Vec<String>), CoreError>);
+
+fn writer_loop(mut writer: Writer, engine: Arc<RwLock<Engine>>, hub: Arc<Hub>, mut rx: mpsc::Receiver<Job>, committed: mpsc::UnboundedSender<Arc<Vec<Event>>>) {
+    let mut idle_since_checkpoint = 0usize;
+    while let Some(first) = rx.blocking_recv() {
+        let mut batch = Vec::with_capacity(16);
+        batch.push(first);
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(j) => batch.push(j),
+                Err(_) => break,
+            }
+        }
+        let mut eng = engine.write();
+        let answers = run_batch(&mut writer, &mut eng, batch);
+        let answers = match answers {
+            Ok(a) => a,
+            Err((e, replies)) => {
+                tracing::error!(error = %e, "batch failed; reloading state from the store");
+                match writer.load_groups() {
+                    Ok(groups) => {
+                        let limits = eng.limits().clone();
+                        *eng = Engine::new(groups, limits);
+                    }
+                    Err(le) => tracing::error!(error = %le, "reload failed"),
+                }
+                drop(eng);
+                for r in replies {
+                    let _ = r.send(Err(e.clone()));
+                }
+                continue;
+            }
+        };
+        drop(eng);
+        // Durable: publish, then answer.
+        let mut all = Vec::new();
+        let mut per_group: Vec<(String, Vec<FeedEvent>)> = Vec::new();
+        let mut deleted = Vec::new();
+        for (_, res) in &answers {
+            if let Ok((out, jsons)) = res {
+                for c in &out.changes {
+                    if let convene_core::Change::GroupDelete(g) = c {
+                        deleted.push(g.clone());
+                    }
+                }
+                for (e, j) in out.events.iter().zip(jsons) {
+                    match per_group.iter_mut().find(|(g, _)| *g == e.group_id) {
+                        Some((_, v)) => v.push(FeedEvent { seq: e.seq, kind: e.kind.clone(), json: j.clone() }),
+                        None => per_group.push((e.group_id.clone(), vec![FeedEvent { seq: e.seq, kind: e.kind.clone(), json: j.clone() }])),
+                    }
+                    all.push(e.clone());
+                }
+            }
+        }
+        for (g, evs) in per_group {
+            hub.publish(&g, evs);
+        }
+        for g in deleted {
+            hub.remove(&g);
+        }
+        if !all.is_empty() {
+            let _ = committed.send(Arc::new(all));
+        }
+        for (reply, res) in answers {
+            let _ = reply.send(res.map(|(out, jsons)| Committed {
+                events: out.events.into_iter().zip(jsons).collect(),
+                existing: out.existing,
+            }));
+        }
+        idle_since_checkpoint += 1;
+        if rx.is_empty() && idle_since_checkpoint >= 256 {
+            idle_since_checkpoint = 0;
+            if let Err(e) = writer.checkpoint() {
+                tracing::warn!(error = %e, "wal checkpoint failed");
+            }
+        }
+    }
+    let _ = writer.checkpoint();
+}
+
+type BatchErr = (CoreError, Vec<oneshot::Sender<Result<Committed, CoreError>>>);
+
+fn run_batch(writer: &mut Writer, eng: &mut Engine, batch: Vec<Job>) -> Result<Vec<Answer>, BatchErr> {
+    let tx = match writer.begin() {
+        Ok(t) => t,
+        Err(e) => return Err((e.into(), batch.into_iter().map(|j| j.reply).collect())),
+    };
+    let mut answers: Vec<Answer> = Vec::with_capacity(batch.len());
+    let mut iter = batch.into_iter();
+    let now = time::OffsetDateTime::now_utc();
+    while let Some(job) = iter.next() {
+        let res = {
+            let view = WriterView::new(&tx);
+            eng.execute(&view, job.cmd, now)
+        };
+        match res {
+            Ok(out) => match convene_store::apply(&tx, &out) {
+                Ok(jsons) => answers.push((job.reply, Ok((out, jsons)))),
+                Err(e) => {
+                    let mut replies: Vec<_> = answers.into_iter().map(|(r, _)| r).collect();
+                    replies.push(job.reply);
+                    replies.extend(iter.map(|j| j.reply));
+                    return Err((e.into(), replies));
+                }
+            },
+            Err(e) => answers.push((job.reply, Err(e))),
+        }
+    }
+    if let Err(e) = tx.commit() {
+        return Err((CoreError::storage(e.to_string()), answers.into_iter().map(|(r, _)| r).collect()));
+    }
+    Ok(answers)
+}

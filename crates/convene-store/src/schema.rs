@@ -1,0 +1,66 @@
+//! Versioned migrations. `PRAGMA user_version` holds the applied version.
+
+/// Migrations in order; index + 1 is the version each one brings the database to.
+pub const MIGRATIONS: &[&str] = &[
+    // v1: the ledger and its projections.
+    r#"
+    CREATE TABLE groups (
+        group_id TEXT PRIMARY KEY,
+        json     TEXT NOT NULL
+    );
+    CREATE TABLE events (
+        group_id TEXT NOT NULL,
+        seq      INTEGER NOT NULL,
+        id       TEXT NOT NULL,
+        ts       TEXT NOT NULL,
+        kind     TEXT NOT NULL,
+        by_      TEXT NOT NULL,
+        json     TEXT NOT NULL,
+        PRIMARY KEY (group_id, seq)
+    );
+    CREATE UNIQUE INDEX events_by_id ON events (group_id, id);
+    CREATE INDEX events_by_ts ON events (group_id, ts);
+    CREATE TABLE obligations (
+        group_id        TEXT NOT NULL,
+        source_event_id TEXT NOT NULL,
+        actor_id        TEXT NOT NULL,
+        status          TEXT NOT NULL,
+        closed_by       TEXT,
+        PRIMARY KEY (group_id, source_event_id, actor_id)
+    ) WITHOUT ROWID;
+    CREATE TABLE mail_index (
+        group_id TEXT NOT NULL,
+        actor_id TEXT NOT NULL,
+        seq      INTEGER NOT NULL,
+        event_id TEXT NOT NULL,
+        PRIMARY KEY (group_id, actor_id, seq)
+    ) WITHOUT ROWID;
+    CREATE INDEX mail_index_by_event ON mail_index (group_id, event_id, actor_id);
+    CREATE TABLE mail_cursors (
+        group_id TEXT NOT NULL,
+        actor_id TEXT NOT NULL,
+        seq      INTEGER NOT NULL,
+        event_id TEXT NOT NULL,
+        PRIMARY KEY (group_id, actor_id)
+    ) WITHOUT ROWID;
+    CREATE TABLE deliveries (
+        group_id        TEXT NOT NULL,
+        delivery_id     TEXT NOT NULL,
+        actor_id        TEXT NOT NULL,
+        source_event_id TEXT NOT NULL,
+        state           TEXT NOT NULL,
+        transport       TEXT NOT NULL,
+        PRIMARY KEY (group_id, delivery_id)
+    ) WITHOUT ROWID;
+    CREATE INDEX deliveries_by_state ON deliveries (state);
+    CREATE INDEX deliveries_by_source ON deliveries (group_id, source_event_id);
+    CREATE TABLE idempotency (
+        group_id  TEXT NOT NULL,
+        by_       TEXT NOT NULL,
+        client_id TEXT NOT NULL,
+        event_id  TEXT NOT NULL,
+        at_unix   INTEGER NOT NULL,
+        PRIMARY KEY (group_id, by_, client_id)
+    ) WITHOUT ROWID;
+    "#,
+];
