@@ -148,7 +148,12 @@ pub enum Cmd {
 /// Connects to the daemon of `home`.
 pub fn connect(home: &Path) -> Result<Client> {
     let ep = Endpoint::discover(home);
-    Client::connect(&ep).with_context(|| format!("no daemon at {} (start one with `convene serve`)", home.display()))
+    Client::connect(&ep).with_context(|| {
+        format!(
+            "no daemon at {} (start one with `convene serve`)",
+            home.display()
+        )
+    })
 }
 
 fn line(ev: &Value) -> String {
@@ -158,12 +163,25 @@ fn line(ev: &Value) -> String {
             "[{}] {} -> {}: {}",
             d["message_mode"].as_str().unwrap_or(""),
             ev["by"].as_str().unwrap_or(""),
-            d["to"].as_array().map(|a| a.iter().filter_map(|x| x.as_str()).collect::<Vec<_>>().join(",")).unwrap_or_default(),
+            d["to"]
+                .as_array()
+                .map(|a| a
+                    .iter()
+                    .filter_map(|x| x.as_str())
+                    .collect::<Vec<_>>()
+                    .join(","))
+                .unwrap_or_default(),
             d["text"].as_str().unwrap_or("")
         ),
         _ => format!("{} {}", ev["by"].as_str().unwrap_or(""), d),
     };
-    format!("#{:<6} {} {:<28} {}", ev["seq"], ev["ts"].as_str().unwrap_or(""), ev["kind"].as_str().unwrap_or(""), body)
+    format!(
+        "#{:<6} {} {:<28} {}",
+        ev["seq"],
+        ev["ts"].as_str().unwrap_or(""),
+        ev["kind"].as_str().unwrap_or(""),
+        body
+    )
 }
 
 fn print(json_out: bool, v: &Value, human: impl FnOnce(&Value)) {
@@ -182,24 +200,52 @@ pub fn run(home: &Path, json_out: bool, cmd: Cmd) -> Result<()> {
             let p = c.call("ping", json!({}))?;
             let g = c.call("groups", json!({}))?;
             print(json_out, &json!({"ping": p, "groups": g["groups"]}), |_| {
-                println!("convene {} (pid {}) ipc_v {}", p["version"].as_str().unwrap_or(""), p["pid"], p["ipc_v"]);
+                println!(
+                    "convene {} (pid {}) ipc_v {}",
+                    p["version"].as_str().unwrap_or(""),
+                    p["pid"],
+                    p["ipc_v"]
+                );
                 for g in g["groups"].as_array().into_iter().flatten() {
-                    println!("  {}  {:<24} actors={} events={}", g["group_id"].as_str().unwrap_or(""), g["title"].as_str().unwrap_or(""), g["actors"], g["last_seq"]);
+                    println!(
+                        "  {}  {:<24} actors={} events={}",
+                        g["group_id"].as_str().unwrap_or(""),
+                        g["title"].as_str().unwrap_or(""),
+                        g["actors"],
+                        g["last_seq"]
+                    );
                 }
             });
         }
         Cmd::Group(g) => {
             let v = match g {
-                GroupCmd::Create { title, topic } => c.call("group_create", json!({"title": title, "topic": topic}))?,
+                GroupCmd::Create { title, topic } => {
+                    c.call("group_create", json!({"title": title, "topic": topic}))?
+                }
                 GroupCmd::List => c.call("groups", json!({}))?,
-                GroupCmd::Show { group_id } => c.call("group_show", json!({"group_id": group_id}))?,
-                GroupCmd::Set { group_id, key, value } => c.call("group_settings_update", json!({"group_id": group_id, "patch": {key: value}}))?,
-                GroupCmd::Delete { group_id } => c.call("group_delete", json!({"group_id": group_id}))?,
+                GroupCmd::Show { group_id } => {
+                    c.call("group_show", json!({"group_id": group_id}))?
+                }
+                GroupCmd::Set {
+                    group_id,
+                    key,
+                    value,
+                } => c.call(
+                    "group_settings_update",
+                    json!({"group_id": group_id, "patch": {key: value}}),
+                )?,
+                GroupCmd::Delete { group_id } => {
+                    c.call("group_delete", json!({"group_id": group_id}))?
+                }
             };
             print(json_out, &v, |v| {
                 if let Some(gs) = v["groups"].as_array() {
                     for g in gs {
-                        println!("{}  {}", g["group_id"].as_str().unwrap_or(""), g["title"].as_str().unwrap_or(""));
+                        println!(
+                            "{}  {}",
+                            g["group_id"].as_str().unwrap_or(""),
+                            g["title"].as_str().unwrap_or("")
+                        );
                     }
                 } else if let Some(id) = v["group_id"].as_str() {
                     println!("{id}");
@@ -219,10 +265,19 @@ pub fn run(home: &Path, json_out: bool, cmd: Cmd) -> Result<()> {
             print(json_out, &v, |v| {
                 if let Some(list) = v["actors"].as_array() {
                     for a in list {
-                        println!("{:<20} {:<8} {}", a["id"].as_str().unwrap_or(""), a["role"].as_str().unwrap_or(""), a["runtime"].as_str().unwrap_or(""));
+                        println!(
+                            "{:<20} {:<8} {}",
+                            a["id"].as_str().unwrap_or(""),
+                            a["role"].as_str().unwrap_or(""),
+                            a["runtime"].as_str().unwrap_or("")
+                        );
                     }
                 } else if let Some(a) = v.get("actor") {
-                    println!("{} ({})", a["id"].as_str().unwrap_or(""), a["role"].as_str().unwrap_or(""));
+                    println!(
+                        "{} ({})",
+                        a["id"].as_str().unwrap_or(""),
+                        a["role"].as_str().unwrap_or("")
+                    );
                 } else {
                     println!("removed {}", v["actor_id"].as_str().unwrap_or(""));
                 }
@@ -239,7 +294,10 @@ pub fn run(home: &Path, json_out: bool, cmd: Cmd) -> Result<()> {
         Cmd::Inbox(i) => {
             let op = if i.read { "inbox_read" } else { "inbox_peek" };
             let by = i.by.unwrap_or_else(|| i.actor_id.clone());
-            let v = c.call(op, json!({"group_id": i.group_id, "actor_id": i.actor_id, "by": by}))?;
+            let v = c.call(
+                op,
+                json!({"group_id": i.group_id, "actor_id": i.actor_id, "by": by}),
+            )?;
             print(json_out, &v, |v| {
                 for m in v["messages"].as_array().into_iter().flatten() {
                     println!("{}", line(m));
@@ -250,8 +308,14 @@ pub fn run(home: &Path, json_out: bool, cmd: Cmd) -> Result<()> {
             let since = match t.since_seq {
                 Some(s) => s,
                 None => {
-                    let tail = c.call("ledger_tail", json!({"group_id": t.group_id, "limit": 20}))?;
-                    tail["events"].as_array().and_then(|e| e.first()).and_then(|e| e["seq"].as_u64()).map(|s| s - 1).unwrap_or(0)
+                    let tail =
+                        c.call("ledger_tail", json!({"group_id": t.group_id, "limit": 20}))?;
+                    tail["events"]
+                        .as_array()
+                        .and_then(|e| e.first())
+                        .and_then(|e| e["seq"].as_u64())
+                        .map(|s| s - 1)
+                        .unwrap_or(0)
                 }
             };
             let mut s = connect(home)?;

@@ -38,7 +38,12 @@ pub enum LedgerCmd {
 /// Opens `path` for appending, first terminating an unterminated last record (CCCS §4.3):
 /// the existing bytes are kept and a newline separates them from what follows.
 pub fn open_ndjson_append(path: &Path) -> Result<std::fs::File> {
-    let mut f = OpenOptions::new().create(true).read(true).append(true).open(path).with_context(|| format!("open {}", path.display()))?;
+    let mut f = OpenOptions::new()
+        .create(true)
+        .read(true)
+        .append(true)
+        .open(path)
+        .with_context(|| format!("open {}", path.display()))?;
     let len = f.metadata()?.len();
     if len > 0 {
         let mut last = [0u8; 1];
@@ -61,11 +66,24 @@ pub fn run(home: &Path, json_out: bool, cmd: LedgerCmd) -> Result<()> {
 
 fn export(home: &Path, json_out: bool, gid: &str, out: &str) -> Result<()> {
     let mut c = connect(home)?;
-    let total = c.call("ledger_tail", json!({"group_id": gid, "limit": 1}))?["head_seq"].as_u64().unwrap_or(0);
-    let sink: Box<dyn Write> = if out == "-" { Box::new(std::io::stdout().lock()) } else { Box::new(open_ndjson_append(Path::new(out))?) };
+    let total = c.call("ledger_tail", json!({"group_id": gid, "limit": 1}))?["head_seq"]
+        .as_u64()
+        .unwrap_or(0);
+    let sink: Box<dyn Write> = if out == "-" {
+        Box::new(std::io::stdout().lock())
+    } else {
+        Box::new(open_ndjson_append(Path::new(out))?)
+    };
     let mut w = BufWriter::new(sink);
-    let pb = if out == "-" { ProgressBar::hidden() } else { ProgressBar::new(total) };
-    pb.set_style(ProgressStyle::with_template("{bar:40} {pos}/{len} events {per_sec}").unwrap_or_else(|_| ProgressStyle::default_bar()));
+    let pb = if out == "-" {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(total)
+    };
+    pb.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} events {per_sec}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
     let mut s = connect(home)?;
     convene_ipc::client::into_result(s.raw(&serde_json::to_vec(&json!({"v":1,"op":"events_stream","args":{"group_id": gid, "since_seq": 0, "follow": false}}))?)?)?;
     let mut n = 0u64;
@@ -91,24 +109,37 @@ fn export(home: &Path, json_out: bool, gid: &str, out: &str) -> Result<()> {
 }
 
 fn import(home: &Path, json_out: bool, path: &Path, group_id: Option<String>) -> Result<()> {
-    let file = if path.is_dir() { path.join("ledger.jsonl") } else { path.to_path_buf() };
-    let size = std::fs::metadata(&file).with_context(|| format!("read {}", file.display()))?.len();
+    let file = if path.is_dir() {
+        path.join("ledger.jsonl")
+    } else {
+        path.to_path_buf()
+    };
+    let size = std::fs::metadata(&file)
+        .with_context(|| format!("read {}", file.display()))?
+        .len();
     let r = BufReader::new(std::fs::File::open(&file)?);
     let pb = ProgressBar::new(size);
-    pb.set_style(ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {msg}").unwrap_or_else(|_| ProgressStyle::default_bar()));
+    pb.set_style(
+        ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
     let mut c = connect(home)?;
     let mut gid = group_id;
     let mut chunk: Vec<Value> = Vec::new();
     let (mut imported, mut skipped, mut torn) = (0u64, 0u64, 0u64);
-    let mut flush = |c: &mut convene_ipc::client::Client, gid: &str, chunk: &mut Vec<Value>| -> Result<()> {
-        if chunk.is_empty() {
-            return Ok(());
-        }
-        let v = c.call("ledger_import", json!({"group_id": gid, "events": std::mem::take(chunk)}))?;
-        imported += v["imported"].as_u64().unwrap_or(0);
-        skipped += v["skipped"].as_u64().unwrap_or(0);
-        Ok(())
-    };
+    let mut flush =
+        |c: &mut convene_ipc::client::Client, gid: &str, chunk: &mut Vec<Value>| -> Result<()> {
+            if chunk.is_empty() {
+                return Ok(());
+            }
+            let v = c.call(
+                "ledger_import",
+                json!({"group_id": gid, "events": std::mem::take(chunk)}),
+            )?;
+            imported += v["imported"].as_u64().unwrap_or(0);
+            skipped += v["skipped"].as_u64().unwrap_or(0);
+            Ok(())
+        };
     for line in r.split(b'\n') {
         let line = line?;
         pb.inc(line.len() as u64 + 1);
@@ -132,11 +163,16 @@ fn import(home: &Path, json_out: bool, path: &Path, group_id: Option<String>) ->
             flush(&mut c, &g, &mut chunk)?;
         }
     }
-    let Some(g) = gid else { bail!("no group_id in the file; pass --group-id") };
+    let Some(g) = gid else {
+        bail!("no group_id in the file; pass --group-id")
+    };
     flush(&mut c, &g, &mut chunk)?;
     pb.finish_and_clear();
     if json_out {
-        println!("{}", json!({"group_id": g, "imported": imported, "skipped": skipped, "torn": torn}));
+        println!(
+            "{}",
+            json!({"group_id": g, "imported": imported, "skipped": skipped, "torn": torn})
+        );
     } else {
         println!("imported {imported} events into {g} ({skipped} already present, {torn} torn lines skipped)");
     }

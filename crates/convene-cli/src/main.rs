@@ -58,12 +58,18 @@ enum Cmd {
 }
 
 fn default_home() -> PathBuf {
-    std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(".")).join(".convene")
+    std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("."))
+        .join(".convene")
 }
 
 fn main() -> Result<()> {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("CONVENE_LOG").unwrap_or_else(|_| "info".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("CONVENE_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
@@ -73,7 +79,9 @@ fn main() -> Result<()> {
             let mut cfg = convene_daemon::Config::new(home);
             cfg.tcp = tcp;
             cfg.heartbeat = Duration::from_millis(heartbeat_ms.max(10));
-            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
             rt.block_on(async move {
                 let running = convene_daemon::start(cfg).await?;
                 running.wait().await;

@@ -115,20 +115,29 @@ impl CoreError {
 
     /// `group_not_found` for a group id.
     pub fn no_group(group_id: &str) -> Self {
-        Self::new(ErrorCode::GroupNotFound, format!("group not found: {group_id}"))
-            .with("group_id", group_id)
+        Self::new(
+            ErrorCode::GroupNotFound,
+            format!("group not found: {group_id}"),
+        )
+        .with("group_id", group_id)
     }
 
     /// `actor_not_found` for an actor id.
     pub fn no_actor(actor_id: &str) -> Self {
-        Self::new(ErrorCode::ActorNotFound, format!("actor not found: {actor_id}"))
-            .with("actor_id", actor_id)
+        Self::new(
+            ErrorCode::ActorNotFound,
+            format!("actor not found: {actor_id}"),
+        )
+        .with("actor_id", actor_id)
     }
 
     /// `event_not_found` for an event id.
     pub fn no_event(event_id: &str) -> Self {
-        Self::new(ErrorCode::EventNotFound, format!("event not found: {event_id}"))
-            .with("event_id", event_id)
+        Self::new(
+            ErrorCode::EventNotFound,
+            format!("event not found: {event_id}"),
+        )
+        .with("event_id", event_id)
     }
 
     /// `storage_error` wrapping a store failure.

@@ -42,7 +42,9 @@ pub fn audience(to: &[String]) -> Result<Audience, CoreError> {
     let has_agent = to.iter().any(|t| t != USER);
     for t in to {
         if t.starts_with('@') && !is_broadcast_selector(t) {
-            return Err(CoreError::invalid(format!("unknown selector: {t}")).with("token", t.as_str()));
+            return Err(
+                CoreError::invalid(format!("unknown selector: {t}")).with("token", t.as_str())
+            );
         }
     }
     match (has_user, has_agent) {

@@ -68,15 +68,31 @@ pub trait LedgerView {
     /// An event of a group by id.
     fn event(&self, group_id: &str, event_id: &str) -> Result<Option<Event>, CoreError>;
     /// Obligations created by one `request_reply` message.
-    fn obligations(&self, group_id: &str, source_event_id: &str) -> Result<Vec<Obligation>, CoreError>;
+    fn obligations(
+        &self,
+        group_id: &str,
+        source_event_id: &str,
+    ) -> Result<Vec<Obligation>, CoreError>;
     /// Whether `actor_id` was addressed by Mail event `event_id`; its `seq` if so.
-    fn mail_addressed(&self, group_id: &str, actor_id: &str, event_id: &str) -> Result<Option<u64>, CoreError>;
+    fn mail_addressed(
+        &self,
+        group_id: &str,
+        actor_id: &str,
+        event_id: &str,
+    ) -> Result<Option<u64>, CoreError>;
     /// The actor's Mail cursor `seq` (0 when none).
     fn mail_cursor(&self, group_id: &str, actor_id: &str) -> Result<u64, CoreError>;
     /// Latest state of a delivery.
-    fn delivery(&self, group_id: &str, delivery_id: &str) -> Result<Option<DeliveryRow>, CoreError>;
+    fn delivery(&self, group_id: &str, delivery_id: &str)
+        -> Result<Option<DeliveryRow>, CoreError>;
     /// The event id an idempotency key maps to, if recorded at or after `since_unix`.
-    fn idempotent(&self, group_id: &str, by: &str, client_id: &str, since_unix: i64) -> Result<Option<String>, CoreError>;
+    fn idempotent(
+        &self,
+        group_id: &str,
+        by: &str,
+        client_id: &str,
+        since_unix: i64,
+    ) -> Result<Option<String>, CoreError>;
 }
 
 /// A projection row change, written in the same transaction as its events.

@@ -18,7 +18,10 @@ pub struct Blobs {
 
 fn sha_of_path(path: &str) -> Option<&str> {
     let h = path.strip_prefix("blobs/")?;
-    (h.len() == 64 && h.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())).then_some(h)
+    (h.len() == 64
+        && h.chars()
+            .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()))
+    .then_some(h)
 }
 
 impl Blobs {
@@ -31,14 +34,20 @@ impl Blobs {
     /// Stores bytes; returns an attachment reference.
     pub fn put(&self, bytes: &[u8], name: &str, mime: &str) -> Result<Value, CoreError> {
         if bytes.len() > MAX_BLOB_BYTES {
-            return Err(CoreError::new(ErrorCode::LimitExceeded, format!("blob exceeds {MAX_BLOB_BYTES} bytes")).with("limit", MAX_BLOB_BYTES as u64));
+            return Err(CoreError::new(
+                ErrorCode::LimitExceeded,
+                format!("blob exceeds {MAX_BLOB_BYTES} bytes"),
+            )
+            .with("limit", MAX_BLOB_BYTES as u64));
         }
         let sha = hex::encode(Sha256::digest(bytes));
         let target = self.dir.join(&sha);
         if !target.exists() {
             // Write-then-rename so a reader never sees a partial blob.
             let tmp = self.dir.join(format!(".{sha}.{}", std::process::id()));
-            std::fs::write(&tmp, bytes).and_then(|_| std::fs::rename(&tmp, &target)).map_err(|e| CoreError::storage(format!("blob write: {e}")))?;
+            std::fs::write(&tmp, bytes)
+                .and_then(|_| std::fs::rename(&tmp, &target))
+                .map_err(|e| CoreError::storage(format!("blob write: {e}")))?;
         }
         let mut v = json!({"kind": "file", "path": format!("blobs/{sha}"), "sha256": sha, "bytes": bytes.len()});
         if !name.is_empty() {
@@ -53,25 +62,37 @@ impl Blobs {
     /// Stores base64 content.
     pub fn put_b64(&self, b64: &str, name: &str, mime: &str) -> Result<Value, CoreError> {
         if b64.len() > MAX_BLOB_BYTES / 3 * 4 + 4 {
-            return Err(CoreError::new(ErrorCode::LimitExceeded, format!("blob exceeds {MAX_BLOB_BYTES} bytes")));
+            return Err(CoreError::new(
+                ErrorCode::LimitExceeded,
+                format!("blob exceeds {MAX_BLOB_BYTES} bytes"),
+            ));
         }
         let bytes = base64::engine::general_purpose::STANDARD
             .decode(b64.trim())
-            .map_err(|e| CoreError::invalid(format!("content_b64: {e}")).with("field", "content_b64"))?;
+            .map_err(|e| {
+                CoreError::invalid(format!("content_b64: {e}")).with("field", "content_b64")
+            })?;
         self.put(&bytes, name, mime)
     }
 
     /// Reads a blob by its stable path.
     pub fn get(&self, path: &str) -> Result<Vec<u8>, CoreError> {
-        let sha = sha_of_path(path).ok_or_else(|| CoreError::invalid("path must be blobs/<sha256>").with("field", "path"))?;
-        std::fs::read(self.dir.join(sha)).map_err(|_| CoreError::new(ErrorCode::EventNotFound, format!("no blob at {path}")).with("path", path))
+        let sha = sha_of_path(path).ok_or_else(|| {
+            CoreError::invalid("path must be blobs/<sha256>").with("field", "path")
+        })?;
+        std::fs::read(self.dir.join(sha)).map_err(|_| {
+            CoreError::new(ErrorCode::EventNotFound, format!("no blob at {path}"))
+                .with("path", path)
+        })
     }
 
     /// Reads a blob as base64 with its metadata.
     pub fn get_b64(&self, path: &str) -> Result<Value, CoreError> {
         let bytes = self.get(path)?;
-        Ok(json!({"path": path, "sha256": hex::encode(Sha256::digest(&bytes)), "bytes": bytes.len(),
-            "content_b64": base64::engine::general_purpose::STANDARD.encode(&bytes)}))
+        Ok(
+            json!({"path": path, "sha256": hex::encode(Sha256::digest(&bytes)), "bytes": bytes.len(),
+            "content_b64": base64::engine::general_purpose::STANDARD.encode(&bytes)}),
+        )
     }
 
     /// Checks attachments point at stored blobs and fills in `sha256` and `bytes`.
@@ -80,10 +101,21 @@ impl Blobs {
             .into_iter()
             .enumerate()
             .map(|(i, mut it)| {
-                let path = it.get("path").and_then(Value::as_str).unwrap_or_default().to_string();
-                let bad = |m: &str| CoreError::invalid(format!("attachments[{i}]: {m}")).with("field", "attachments").with("reason", "invalid_attachments");
-                let sha = sha_of_path(&path).ok_or_else(|| bad("path must be blobs/<sha256> from blob_put"))?.to_string();
-                let meta = std::fs::metadata(self.dir.join(&sha)).map_err(|_| bad("no such blob"))?;
+                let path = it
+                    .get("path")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string();
+                let bad = |m: &str| {
+                    CoreError::invalid(format!("attachments[{i}]: {m}"))
+                        .with("field", "attachments")
+                        .with("reason", "invalid_attachments")
+                };
+                let sha = sha_of_path(&path)
+                    .ok_or_else(|| bad("path must be blobs/<sha256> from blob_put"))?
+                    .to_string();
+                let meta =
+                    std::fs::metadata(self.dir.join(&sha)).map_err(|_| bad("no such blob"))?;
                 if let Some(given) = it.get("sha256").and_then(Value::as_str) {
                     if given != sha {
                         return Err(bad("sha256 does not match the blob"));

@@ -35,13 +35,23 @@ impl Home {
         };
         std::fs::create_dir_all(root.join("daemon")).map_err(io(root))?;
         let lock_path = root.join("daemon").join("convene.lock");
-        let lock = OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path).map_err(io(&lock_path))?;
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(io(&lock_path))?;
         match lock.try_lock() {
             Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => return Err(HomeError::Locked(root.to_path_buf())),
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(HomeError::Locked(root.to_path_buf()))
+            }
             Err(std::fs::TryLockError::Error(e)) => return Err(HomeError::Io(lock_path, e)),
         }
-        Ok(Self { root: root.to_path_buf(), _lock: lock })
+        Ok(Self {
+            root: root.to_path_buf(),
+            _lock: lock,
+        })
     }
 
     /// The ledger database.
@@ -87,7 +97,9 @@ impl Home {
         let p = self.addr_file();
         let tmp = p.with_extension("json.tmp");
         let body = serde_json::to_vec_pretty(doc).unwrap_or_default();
-        std::fs::write(&tmp, body).and_then(|_| std::fs::rename(&tmp, &p)).map_err(|e| HomeError::Io(p, e))
+        std::fs::write(&tmp, body)
+            .and_then(|_| std::fs::rename(&tmp, &p))
+            .map_err(|e| HomeError::Io(p, e))
     }
 
     /// Removes the socket and endpoint file (at shutdown).
@@ -99,7 +111,12 @@ impl Home {
 
 fn write_private(p: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
-    let mut f = OpenOptions::new().create(true).write(true).truncate(true).mode(0o600).open(p)?;
+    let mut f = OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(p)?;
     f.write_all(bytes)?;
     f.sync_all()
 }

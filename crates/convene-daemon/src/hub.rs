@@ -29,7 +29,11 @@ pub struct Feed {
 
 impl Feed {
     fn new(head: u64, cap: usize) -> Self {
-        Self { buf: Mutex::new(VecDeque::with_capacity(cap.min(1024))), head: watch::channel(head).0, cap }
+        Self {
+            buf: Mutex::new(VecDeque::with_capacity(cap.min(1024))),
+            head: watch::channel(head).0,
+            cap,
+        }
     }
 
     /// Watches the head `seq`.
@@ -64,7 +68,10 @@ pub struct Hub {
 impl Hub {
     /// A hub keeping `cap` recent events per group.
     pub fn new(cap: usize) -> Self {
-        Self { feeds: RwLock::new(HashMap::new()), cap }
+        Self {
+            feeds: RwLock::new(HashMap::new()),
+            cap,
+        }
     }
 
     /// The feed of a group, created at `head` when new.
@@ -72,7 +79,11 @@ impl Hub {
         if let Some(f) = self.feeds.read().get(group_id) {
             return f.clone();
         }
-        self.feeds.write().entry(group_id.to_string()).or_insert_with(|| Arc::new(Feed::new(head, self.cap))).clone()
+        self.feeds
+            .write()
+            .entry(group_id.to_string())
+            .or_insert_with(|| Arc::new(Feed::new(head, self.cap)))
+            .clone()
     }
 
     /// The feed of a group if it exists.
@@ -82,7 +93,9 @@ impl Hub {
 
     /// Publishes committed events of one group (ascending `seq`), then wakes subscribers.
     pub fn publish(&self, group_id: &str, events: Vec<FeedEvent>) {
-        let Some(last) = events.last().map(|e| e.seq) else { return };
+        let Some(last) = events.last().map(|e| e.seq) else {
+            return;
+        };
         let first = events.first().map(|e| e.seq).unwrap_or(last);
         let feed = self.feed(group_id, first.saturating_sub(1));
         {
@@ -112,7 +125,11 @@ mod tests {
     use super::*;
 
     fn ev(seq: u64) -> FeedEvent {
-        FeedEvent { seq, kind: "k".into(), json: format!("{seq}") }
+        FeedEvent {
+            seq,
+            kind: "k".into(),
+            json: format!("{seq}"),
+        }
     }
 
     #[test]

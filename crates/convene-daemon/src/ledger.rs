@@ -33,7 +33,9 @@ pub struct Committed {
 impl Committed {
     /// The event the command is about.
     pub fn primary(&self) -> Option<&Event> {
-        self.existing.as_ref().or_else(|| self.events.first().map(|(e, _)| e))
+        self.existing
+            .as_ref()
+            .or_else(|| self.events.first().map(|(e, _)| e))
     }
 }
 
@@ -71,7 +73,13 @@ impl Ledger {
         let engine = Arc::new(RwLock::new(engine));
         let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
         let (ctx, crx) = mpsc::unbounded_channel();
-        let ledger = Self { tx, engine: engine.clone(), readers, hub: hub.clone(), committed: ctx };
+        let ledger = Self {
+            tx,
+            engine: engine.clone(),
+            readers,
+            hub: hub.clone(),
+            committed: ctx,
+        };
         let committed = ledger.committed.clone();
         std::thread::Builder::new()
             .name("convene-writer".into())
@@ -83,11 +91,18 @@ impl Ledger {
     /// Executes a command; resolves once it is durable (or refused).
     pub async fn execute(&self, cmd: Command) -> Result<Committed, CoreError> {
         let (reply, rx) = oneshot::channel();
-        self.tx
-            .send(Job { cmd, reply })
-            .await
-            .map_err(|_| CoreError::new(convene_core::ErrorCode::DaemonUnavailable, "ledger writer stopped"))?;
-        rx.await.map_err(|_| CoreError::new(convene_core::ErrorCode::DaemonUnavailable, "ledger writer stopped"))?
+        self.tx.send(Job { cmd, reply }).await.map_err(|_| {
+            CoreError::new(
+                convene_core::ErrorCode::DaemonUnavailable,
+                "ledger writer stopped",
+            )
+        })?;
+        rx.await.map_err(|_| {
+            CoreError::new(
+                convene_core::ErrorCode::DaemonUnavailable,
+                "ledger writer stopped",
+            )
+        })?
     }
 
     /// Read access to committed engine state (groups, actors, settings).
@@ -126,13 +141,25 @@ fn settle_claims(writer: &mut Writer, engine: &mut Engine) -> Result<(), CoreErr
         convene_store::apply(&tx, &out)?;
     }
     tx.commit().map_err(|e| CoreError::storage(e.to_string()))?;
-    tracing::warn!(count = claimed.len(), "settled claimed deliveries to ambiguous at startup");
+    tracing::warn!(
+        count = claimed.len(),
+        "settled claimed deliveries to ambiguous at startup"
+    );
     Ok(())
 }
 
-type Answer = (oneshot::Sender<Result<Committed, CoreError>>, Result<(Outcome, Vec<String>), CoreError>);
+type Answer = (
+    oneshot::Sender<Result<Committed, CoreError>>,
+    Result<(Outcome, Vec<String>), CoreError>,
+);
 
-fn writer_loop(mut writer: Writer, engine: Arc<RwLock<Engine>>, hub: Arc<Hub>, mut rx: mpsc::Receiver<Job>, committed: mpsc::UnboundedSender<Arc<Vec<Event>>>) {
+fn writer_loop(
+    mut writer: Writer,
+    engine: Arc<RwLock<Engine>>,
+    hub: Arc<Hub>,
+    mut rx: mpsc::Receiver<Job>,
+    committed: mpsc::UnboundedSender<Arc<Vec<Event>>>,
+) {
     let mut idle_since_checkpoint = 0usize;
     while let Some(first) = rx.blocking_recv() {
         let mut batch = Vec::with_capacity(16);
@@ -147,7 +174,8 @@ fn writer_loop(mut writer: Writer, engine: Arc<RwLock<Engine>>, hub: Arc<Hub>, m
         let answers = run_batch(&mut writer, &mut eng, batch);
         let answers = match answers {
             Ok(a) => a,
-            Err((e, replies)) => {
+            Err(b) => {
+                let (e, replies) = *b;
                 tracing::error!(error = %e, "batch failed; reloading state from the store");
                 match writer.load_groups() {
                     Ok(groups) => {
@@ -177,8 +205,19 @@ fn writer_loop(mut writer: Writer, engine: Arc<RwLock<Engine>>, hub: Arc<Hub>, m
                 }
                 for (e, j) in out.events.iter().zip(jsons) {
                     match per_group.iter_mut().find(|(g, _)| *g == e.group_id) {
-                        Some((_, v)) => v.push(FeedEvent { seq: e.seq, kind: e.kind.clone(), json: j.clone() }),
-                        None => per_group.push((e.group_id.clone(), vec![FeedEvent { seq: e.seq, kind: e.kind.clone(), json: j.clone() }])),
+                        Some((_, v)) => v.push(FeedEvent {
+                            seq: e.seq,
+                            kind: e.kind.clone(),
+                            json: j.clone(),
+                        }),
+                        None => per_group.push((
+                            e.group_id.clone(),
+                            vec![FeedEvent {
+                                seq: e.seq,
+                                kind: e.kind.clone(),
+                                json: j.clone(),
+                            }],
+                        )),
                     }
                     all.push(e.clone());
                 }
@@ -210,12 +249,25 @@ fn writer_loop(mut writer: Writer, engine: Arc<RwLock<Engine>>, hub: Arc<Hub>, m
     let _ = writer.checkpoint();
 }
 
-type BatchErr = (CoreError, Vec<oneshot::Sender<Result<Committed, CoreError>>>);
+/// A failed batch: the error and every waiting caller (boxed: it is the rare path).
+type BatchErr = Box<(
+    CoreError,
+    Vec<oneshot::Sender<Result<Committed, CoreError>>>,
+)>;
 
-fn run_batch(writer: &mut Writer, eng: &mut Engine, batch: Vec<Job>) -> Result<Vec<Answer>, BatchErr> {
+fn run_batch(
+    writer: &mut Writer,
+    eng: &mut Engine,
+    batch: Vec<Job>,
+) -> Result<Vec<Answer>, BatchErr> {
     let tx = match writer.begin() {
         Ok(t) => t,
-        Err(e) => return Err((e.into(), batch.into_iter().map(|j| j.reply).collect())),
+        Err(e) => {
+            return Err(Box::new((
+                e.into(),
+                batch.into_iter().map(|j| j.reply).collect(),
+            )))
+        }
     };
     let mut answers: Vec<Answer> = Vec::with_capacity(batch.len());
     let mut iter = batch.into_iter();
@@ -232,14 +284,15 @@ fn run_batch(writer: &mut Writer, eng: &mut Engine, batch: Vec<Job>) -> Result<V
                     let mut replies: Vec<_> = answers.into_iter().map(|(r, _)| r).collect();
                     replies.push(job.reply);
                     replies.extend(iter.map(|j| j.reply));
-                    return Err((e.into(), replies));
+                    return Err(Box::new((e.into(), replies)));
                 }
             },
             Err(e) => answers.push((job.reply, Err(e))),
         }
     }
     if let Err(e) = tx.commit() {
-        return Err((CoreError::storage(e.to_string()), answers.into_iter().map(|(r, _)| r).collect()));
+        let replies = answers.into_iter().map(|(r, _)| r).collect();
+        return Err(Box::new((CoreError::storage(e.to_string()), replies)));
     }
     Ok(answers)
 }

@@ -114,20 +114,32 @@ pub async fn start(cfg: Config) -> Result<Running, DaemonError> {
     let home = Home::open(&cfg.home)?;
     let api_key = home.api_key()?;
     let (ledger, commits) = Ledger::open(&home.db(), cfg.limits.clone())?;
-    let blobs = Blobs::open(home.root.join("blobs")).map_err(|e| HomeError::Io(home.root.join("blobs"), e))?;
+    let blobs = Blobs::open(home.root.join("blobs"))
+        .map_err(|e| HomeError::Io(home.root.join("blobs"), e))?;
     let runtime = Runtime::new(ledger.clone(), cfg.command_timeout);
     runtime.spawn_worker(commits);
     let (shutdown, _) = watch::channel(false);
-    let daemon = Arc::new(Daemon { ledger, runtime, blobs, api_key, heartbeat: cfg.heartbeat, max_request_bytes: cfg.max_request_bytes, shutdown });
+    let daemon = Arc::new(Daemon {
+        ledger,
+        runtime,
+        blobs,
+        api_key,
+        heartbeat: cfg.heartbeat,
+        max_request_bytes: cfg.max_request_bytes,
+        shutdown,
+    });
 
     // We hold the home lock, so a socket file left behind is stale.
     let sock = home.socket();
     let _ = std::fs::remove_file(&sock);
-    let ul = UnixListener::bind(&sock).map_err(|e| DaemonError::Listen(sock.display().to_string(), e))?;
+    let ul = UnixListener::bind(&sock)
+        .map_err(|e| DaemonError::Listen(sock.display().to_string(), e))?;
     spawn_unix(daemon.clone(), ul);
     let mut tcp = None;
     if let Some(addr) = &cfg.tcp {
-        let tl = TcpListener::bind(addr).await.map_err(|e| DaemonError::Listen(addr.clone(), e))?;
+        let tl = TcpListener::bind(addr)
+            .await
+            .map_err(|e| DaemonError::Listen(addr.clone(), e))?;
         tcp = tl.local_addr().ok();
         spawn_tcp(daemon.clone(), tl);
     }
@@ -138,7 +150,12 @@ pub async fn start(cfg: Config) -> Result<Running, DaemonError> {
         "ts": convene_core::event::format_ts(time::OffsetDateTime::now_utc()),
     }))?;
     tracing::info!(home = %home.root.display(), socket = %sock.display(), tcp = ?tcp, "convene daemon ready");
-    Ok(Running { daemon, socket: sock, tcp, home })
+    Ok(Running {
+        daemon,
+        socket: sock,
+        tcp,
+        home,
+    })
 }
 
 fn spawn_unix(d: Arc<Daemon>, l: UnixListener) {
@@ -181,7 +198,8 @@ impl Running {
         let mut rx = self.daemon.shutdown_rx();
         let d = self.daemon.clone();
         tokio::spawn(async move {
-            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => {},
                 _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {},

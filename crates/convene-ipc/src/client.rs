@@ -5,7 +5,6 @@ use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
-
 use serde_json::{json, Map, Value};
 
 /// Where the daemon listens.
@@ -83,7 +82,9 @@ impl Client {
                 Box::new(s)
             }
         };
-        Ok(Self { reader: BufReader::new(s) })
+        Ok(Self {
+            reader: BufReader::new(s),
+        })
     }
 
     /// Sends one raw request line and reads one response object.
@@ -109,8 +110,13 @@ impl Client {
 
     /// Calls `op` and returns `result`, or the API error.
     pub fn call(&mut self, op: &str, args: Value) -> Result<Value, ClientError> {
-        let args = if args.is_null() { Value::Object(Map::new()) } else { args };
-        let line = serde_json::to_vec(&json!({"v": 1, "op": op, "args": args})).map_err(|e| ClientError::BadResponse(e.to_string()))?;
+        let args = if args.is_null() {
+            Value::Object(Map::new())
+        } else {
+            args
+        };
+        let line = serde_json::to_vec(&json!({"v": 1, "op": op, "args": args}))
+            .map_err(|e| ClientError::BadResponse(e.to_string()))?;
         let resp = self.raw(&line)?;
         into_result(resp)
     }
@@ -123,8 +129,16 @@ pub fn into_result(resp: Value) -> Result<Value, ClientError> {
     }
     let e = resp.get("error").cloned().unwrap_or(Value::Null);
     Err(ClientError::Api {
-        code: e.get("code").and_then(Value::as_str).unwrap_or("error").to_string(),
-        message: e.get("message").and_then(Value::as_str).unwrap_or("").to_string(),
+        code: e
+            .get("code")
+            .and_then(Value::as_str)
+            .unwrap_or("error")
+            .to_string(),
+        message: e
+            .get("message")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string(),
         details: e.get("details").cloned().unwrap_or(Value::Null),
     })
 }

@@ -35,19 +35,27 @@ pub struct ParseError {
 }
 
 fn bad(message: impl Into<String>, field: Option<&'static str>) -> ParseError {
-    ParseError { code: "invalid_request", message: message.into(), field }
+    ParseError {
+        code: "invalid_request",
+        message: message.into(),
+        field,
+    }
 }
 
 /// Parses one request line (without its newline). Unknown top-level keys are refused, as
 /// CCCC does; `v`, when present, must be 1.
 pub fn parse_request(line: &[u8]) -> Result<Request, ParseError> {
-    let v: Value = serde_json::from_slice(line).map_err(|e| bad(format!("malformed JSON: {e}"), None))?;
+    let v: Value =
+        serde_json::from_slice(line).map_err(|e| bad(format!("malformed JSON: {e}"), None))?;
     let Value::Object(mut o) = v else {
         return Err(bad("request must be a JSON object", None));
     };
     for k in o.keys() {
         if !matches!(k.as_str(), "v" | "op" | "args") {
-            return Err(bad(format!("unknown field `{k}`, expected one of `v`, `op`, `args`"), None));
+            return Err(bad(
+                format!("unknown field `{k}`, expected one of `v`, `op`, `args`"),
+                None,
+            ));
         }
     }
     match o.get("v") {
@@ -70,7 +78,8 @@ pub fn parse_request(line: &[u8]) -> Result<Request, ParseError> {
 
 /// A success response line (with newline).
 pub fn ok_line(result: Value) -> Vec<u8> {
-    let mut v = serde_json::to_vec(&json!({"v": IPC_V, "ok": true, "result": result})).unwrap_or_default();
+    let mut v =
+        serde_json::to_vec(&json!({"v": IPC_V, "ok": true, "result": result})).unwrap_or_default();
     v.push(b'\n');
     v
 }
@@ -126,7 +135,12 @@ mod tests {
             br#"{"v":1,"op":7}"#,
         ] {
             let e = parse_request(line).unwrap_err();
-            assert_eq!(e.code, "invalid_request", "{}", String::from_utf8_lossy(line));
+            assert_eq!(
+                e.code,
+                "invalid_request",
+                "{}",
+                String::from_utf8_lossy(line)
+            );
         }
     }
 

@@ -63,7 +63,10 @@ pub fn open_writer(path: &Path) -> Result<Writer> {
 pub fn open_readers(path: &Path, n: usize) -> Result<Readers> {
     let mut conns = Vec::with_capacity(n);
     for _ in 0..n.max(1) {
-        let c = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)?;
+        let c = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
         c.busy_timeout(std::time::Duration::from_secs(10))?;
         c.set_prepared_statement_cache_capacity(64);
         conns.push(c);
@@ -75,7 +78,10 @@ fn migrate(conn: &Connection) -> Result<()> {
     let v: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     let supported = schema::MIGRATIONS.len() as i64;
     if v > supported {
-        return Err(StoreError::TooNew { found: v, supported });
+        return Err(StoreError::TooNew {
+            found: v,
+            supported,
+        });
     }
     for (i, sql) in schema::MIGRATIONS.iter().enumerate().skip(v as usize) {
         let tx = conn.unchecked_transaction()?;

@@ -61,14 +61,19 @@ fn kinds_clause(kinds: &[String], first_param: usize) -> String {
     if kinds.is_empty() {
         return String::new();
     }
-    let ph: Vec<String> = (0..kinds.len()).map(|i| format!("?{}", first_param + i)).collect();
+    let ph: Vec<String> = (0..kinds.len())
+        .map(|i| format!("?{}", first_param + i))
+        .collect();
     format!(" AND kind IN ({})", ph.join(","))
 }
 
 impl Readers {
     pub(crate) fn new(conns: Vec<Connection>) -> Self {
         let path = conns.first().and_then(|c| c.path().map(PathBuf::from));
-        Self { pool: Mutex::new(conns), path }
+        Self {
+            pool: Mutex::new(conns),
+            path,
+        }
     }
 
     /// Runs `f` with a pooled connection (opening another when all are busy).
@@ -76,8 +81,15 @@ impl Readers {
         let conn = match self.pool.lock().pop() {
             Some(c) => c,
             None => {
-                let p = self.path.clone().ok_or_else(|| StoreError::Corrupt("no database path".into()))?;
-                let c = Connection::open_with_flags(p, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX)?;
+                let p = self
+                    .path
+                    .clone()
+                    .ok_or_else(|| StoreError::Corrupt("no database path".into()))?;
+                let c = Connection::open_with_flags(
+                    p,
+                    rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY
+                        | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+                )?;
                 c.busy_timeout(std::time::Duration::from_secs(10))?;
                 c
             }
@@ -91,7 +103,13 @@ impl Readers {
     }
 
     /// Events with `seq > after`, ascending, at most `limit`, optionally filtered by kind.
-    pub fn events_after(&self, group_id: &str, after: u64, limit: usize, kinds: &[String]) -> Result<Vec<RawEvent>> {
+    pub fn events_after(
+        &self,
+        group_id: &str,
+        after: u64,
+        limit: usize,
+        kinds: &[String],
+    ) -> Result<Vec<RawEvent>> {
         self.with(|c| {
             let sql = format!("SELECT {COLS} FROM events WHERE group_id = ?1 AND seq > ?2{} ORDER BY seq LIMIT ?3", kinds_clause(kinds, 4));
             let mut st = c.prepare_cached(&sql)?;
@@ -103,7 +121,13 @@ impl Readers {
     }
 
     /// Events with `seq < before` (0 = from the end), newest page first, returned ascending.
-    pub fn events_before(&self, group_id: &str, before: u64, limit: usize, kinds: &[String]) -> Result<Vec<RawEvent>> {
+    pub fn events_before(
+        &self,
+        group_id: &str,
+        before: u64,
+        limit: usize,
+        kinds: &[String],
+    ) -> Result<Vec<RawEvent>> {
         self.with(|c| {
             let before = if before == 0 { i64::MAX } else { before as i64 };
             let sql = format!("SELECT {COLS} FROM events WHERE group_id = ?1 AND seq < ?2{} ORDER BY seq DESC LIMIT ?3", kinds_clause(kinds, 4));
@@ -118,7 +142,14 @@ impl Readers {
     }
 
     /// Events whose text or JSON contains `query` (case-insensitive), before `before`.
-    pub fn search(&self, group_id: &str, query: &str, before: u64, limit: usize, kinds: &[String]) -> Result<Vec<RawEvent>> {
+    pub fn search(
+        &self,
+        group_id: &str,
+        query: &str,
+        before: u64,
+        limit: usize,
+        kinds: &[String],
+    ) -> Result<Vec<RawEvent>> {
         self.with(|c| {
             let before = if before == 0 { i64::MAX } else { before as i64 };
             let sql = format!(
@@ -139,7 +170,9 @@ impl Readers {
     pub fn event(&self, group_id: &str, event_id: &str) -> Result<Option<RawEvent>> {
         self.with(|c| {
             let sql = format!("SELECT {COLS} FROM events WHERE group_id = ?1 AND id = ?2");
-            Ok(c.prepare_cached(&sql)?.query_row(params![group_id, event_id], row).optional()?)
+            Ok(c.prepare_cached(&sql)?
+                .query_row(params![group_id, event_id], row)
+                .optional()?)
         })
     }
 
@@ -154,7 +187,9 @@ impl Readers {
             Since::EventId(id) => Ok(self.event(group_id, id)?.map(|e| e.seq)),
             Since::Ts(ts) => self.with(|c| {
                 let n: i64 = c
-                    .prepare_cached("SELECT COALESCE(MAX(seq), 0) FROM events WHERE group_id = ?1 AND ts <= ?2")?
+                    .prepare_cached(
+                        "SELECT COALESCE(MAX(seq), 0) FROM events WHERE group_id = ?1 AND ts <= ?2",
+                    )?
                     .query_row(params![group_id, ts], |r| r.get(0))?;
                 Ok(Some(n as u64))
             }),
@@ -174,13 +209,20 @@ impl Readers {
     /// Number of events of a group.
     pub fn count(&self, group_id: &str) -> Result<u64> {
         self.with(|c| {
-            let n: i64 = c.prepare_cached("SELECT COUNT(*) FROM events WHERE group_id = ?1")?.query_row(params![group_id], |r| r.get(0))?;
+            let n: i64 = c
+                .prepare_cached("SELECT COUNT(*) FROM events WHERE group_id = ?1")?
+                .query_row(params![group_id], |r| r.get(0))?;
             Ok(n as u64)
         })
     }
 
     /// Mail addressed to `actor_id` after its cursor: (items, cursor seq).
-    pub fn inbox(&self, group_id: &str, actor_id: &str, limit: usize) -> Result<(Vec<RawEvent>, u64)> {
+    pub fn inbox(
+        &self,
+        group_id: &str,
+        actor_id: &str,
+        limit: usize,
+    ) -> Result<(Vec<RawEvent>, u64)> {
         self.with(|c| {
             let cursor: i64 = c
                 .prepare_cached("SELECT seq FROM mail_cursors WHERE group_id = ?1 AND actor_id = ?2")?
@@ -247,7 +289,9 @@ impl Readers {
     pub fn mail_cursor(&self, group_id: &str, actor_id: &str) -> Result<u64> {
         self.with(|c| {
             let n: Option<i64> = c
-                .prepare_cached("SELECT seq FROM mail_cursors WHERE group_id = ?1 AND actor_id = ?2")?
+                .prepare_cached(
+                    "SELECT seq FROM mail_cursors WHERE group_id = ?1 AND actor_id = ?2",
+                )?
                 .query_row(params![group_id, actor_id], |r| r.get(0))
                 .optional()?;
             Ok(n.unwrap_or(0) as u64)

@@ -1,6 +1,8 @@
 //! The single writer: applies engine outcomes inside one transaction per batch.
 
-use convene_core::{Change, CoreError, DeliveryRow, Event, Group, LedgerView, Obligation, ObligationStatus, Outcome};
+use convene_core::{
+    Change, CoreError, DeliveryRow, Event, Group, LedgerView, Obligation, ObligationStatus, Outcome,
+};
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 
 use crate::{Result, StoreError};
@@ -18,7 +20,9 @@ impl Writer {
 
     /// Starts a batch transaction.
     pub fn begin(&mut self) -> Result<Transaction<'_>> {
-        Ok(self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?)
+        Ok(self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?)
     }
 
     /// Loads every group with its `last_seq` from the ledger.
@@ -28,7 +32,8 @@ impl Writer {
         let mut out = Vec::new();
         for row in rows {
             let (json, last) = row?;
-            let mut g: Group = serde_json::from_str(&json).map_err(|e| StoreError::Corrupt(format!("group: {e}")))?;
+            let mut g: Group = serde_json::from_str(&json)
+                .map_err(|e| StoreError::Corrupt(format!("group: {e}")))?;
             g.last_seq = last as u64;
             out.push(g);
         }
@@ -37,7 +42,9 @@ impl Writer {
 
     /// Deliveries whose latest state is `claimed` (left by a previous process).
     pub fn claimed_deliveries(&self) -> Result<Vec<(String, String)>> {
-        let mut st = self.conn.prepare("SELECT group_id, delivery_id FROM deliveries WHERE state = 'claimed'")?;
+        let mut st = self
+            .conn
+            .prepare("SELECT group_id, delivery_id FROM deliveries WHERE state = 'claimed'")?;
         let rows = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
         Ok(rows.collect::<Result<Vec<_>, _>>()?)
     }
@@ -56,34 +63,70 @@ pub fn apply(tx: &Transaction<'_>, out: &Outcome) -> Result<Vec<String>> {
         let mut ins = tx.prepare_cached("INSERT INTO events (group_id, seq, id, ts, kind, by_, json) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)")?;
         for e in &out.events {
             let json = e.to_json();
-            ins.execute(params![e.group_id, e.seq as i64, e.id, e.ts, e.kind, e.by, json])?;
+            ins.execute(params![
+                e.group_id,
+                e.seq as i64,
+                e.id,
+                e.ts,
+                e.kind,
+                e.by,
+                json
+            ])?;
             jsons.push(json);
         }
     }
     for c in &out.changes {
         match c {
             Change::GroupUpsert(g) => {
-                let json = serde_json::to_string(g.as_ref()).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+                let json = serde_json::to_string(g.as_ref())
+                    .map_err(|e| StoreError::Corrupt(e.to_string()))?;
                 tx.prepare_cached("INSERT INTO groups (group_id, json) VALUES (?1, ?2) ON CONFLICT(group_id) DO UPDATE SET json = excluded.json")?
                     .execute(params![g.group_id, json])?;
             }
             Change::GroupDelete(gid) => {
-                for t in ["groups", "events", "obligations", "mail_index", "mail_cursors", "deliveries", "idempotency"] {
-                    tx.execute(&format!("DELETE FROM {t} WHERE group_id = ?1"), params![gid])?;
+                for t in [
+                    "groups",
+                    "events",
+                    "obligations",
+                    "mail_index",
+                    "mail_cursors",
+                    "deliveries",
+                    "idempotency",
+                ] {
+                    tx.execute(
+                        &format!("DELETE FROM {t} WHERE group_id = ?1"),
+                        params![gid],
+                    )?;
                 }
             }
-            Change::Obligation { group_id, source_event_id, actor_id, status, closed_by } => {
+            Change::Obligation {
+                group_id,
+                source_event_id,
+                actor_id,
+                status,
+                closed_by,
+            } => {
                 tx.prepare_cached(
                     "INSERT INTO obligations (group_id, source_event_id, actor_id, status, closed_by) VALUES (?1, ?2, ?3, ?4, ?5)
                      ON CONFLICT(group_id, source_event_id, actor_id) DO UPDATE SET status = excluded.status, closed_by = excluded.closed_by",
                 )?
                 .execute(params![group_id, source_event_id, actor_id, status.as_str(), closed_by])?;
             }
-            Change::MailIndex { group_id, actor_id, seq, event_id } => {
+            Change::MailIndex {
+                group_id,
+                actor_id,
+                seq,
+                event_id,
+            } => {
                 tx.prepare_cached("INSERT OR IGNORE INTO mail_index (group_id, actor_id, seq, event_id) VALUES (?1, ?2, ?3, ?4)")?
                     .execute(params![group_id, actor_id, *seq as i64, event_id])?;
             }
-            Change::MailCursor { group_id, actor_id, seq, event_id } => {
+            Change::MailCursor {
+                group_id,
+                actor_id,
+                seq,
+                event_id,
+            } => {
                 tx.prepare_cached(
                     "INSERT INTO mail_cursors (group_id, actor_id, seq, event_id) VALUES (?1, ?2, ?3, ?4)
                      ON CONFLICT(group_id, actor_id) DO UPDATE SET seq = excluded.seq, event_id = excluded.event_id WHERE excluded.seq > mail_cursors.seq",
@@ -97,7 +140,13 @@ pub fn apply(tx: &Transaction<'_>, out: &Outcome) -> Result<Vec<String>> {
                 )?
                 .execute(params![group_id, row.delivery_id, row.actor_id, row.source_event_id, row.state, row.transport])?;
             }
-            Change::Idempotency { group_id, by, client_id, event_id, at_unix } => {
+            Change::Idempotency {
+                group_id,
+                by,
+                client_id,
+                event_id,
+                at_unix,
+            } => {
                 tx.prepare_cached(
                     "INSERT INTO idempotency (group_id, by_, client_id, event_id, at_unix) VALUES (?1, ?2, ?3, ?4, ?5)
                      ON CONFLICT(group_id, by_, client_id) DO UPDATE SET event_id = excluded.event_id, at_unix = excluded.at_unix",
@@ -130,30 +179,55 @@ impl LedgerView for WriterView<'_> {
         let json: Option<String> = self
             .tx
             .prepare_cached("SELECT json FROM events WHERE group_id = ?1 AND id = ?2")
-            .and_then(|mut s| s.query_row(params![group_id, event_id], |r| r.get(0)).optional())
+            .and_then(|mut s| {
+                s.query_row(params![group_id, event_id], |r| r.get(0))
+                    .optional()
+            })
             .map_err(core)?;
-        json.map(|j| serde_json::from_str(&j).map_err(|e| CoreError::storage(format!("corrupt event: {e}"))))
-            .transpose()
+        json.map(|j| {
+            serde_json::from_str(&j).map_err(|e| CoreError::storage(format!("corrupt event: {e}")))
+        })
+        .transpose()
     }
 
-    fn obligations(&self, group_id: &str, source_event_id: &str) -> Result<Vec<Obligation>, CoreError> {
+    fn obligations(
+        &self,
+        group_id: &str,
+        source_event_id: &str,
+    ) -> Result<Vec<Obligation>, CoreError> {
         let mut st = self
             .tx
             .prepare_cached("SELECT actor_id, status, closed_by FROM obligations WHERE group_id = ?1 AND source_event_id = ?2")
             .map_err(core)?;
         let rows = st
-            .query_map(params![group_id, source_event_id], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, Option<String>>(2)?)))
+            .query_map(params![group_id, source_event_id], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, Option<String>>(2)?,
+                ))
+            })
             .map_err(core)?;
         let mut out = Vec::new();
         for row in rows {
             let (actor_id, status, closed_by) = row.map_err(core)?;
-            let status = ObligationStatus::parse(&status).ok_or_else(|| CoreError::storage("bad obligation status"))?;
-            out.push(Obligation { actor_id, status, closed_by });
+            let status = ObligationStatus::parse(&status)
+                .ok_or_else(|| CoreError::storage("bad obligation status"))?;
+            out.push(Obligation {
+                actor_id,
+                status,
+                closed_by,
+            });
         }
         Ok(out)
     }
 
-    fn mail_addressed(&self, group_id: &str, actor_id: &str, event_id: &str) -> Result<Option<u64>, CoreError> {
+    fn mail_addressed(
+        &self,
+        group_id: &str,
+        actor_id: &str,
+        event_id: &str,
+    ) -> Result<Option<u64>, CoreError> {
         self.tx
             .prepare_cached("SELECT seq FROM mail_index WHERE group_id = ?1 AND event_id = ?2 AND actor_id = ?3")
             .and_then(|mut s| s.query_row(params![group_id, event_id, actor_id], |r| r.get::<_, i64>(0)).optional())
@@ -164,12 +238,19 @@ impl LedgerView for WriterView<'_> {
     fn mail_cursor(&self, group_id: &str, actor_id: &str) -> Result<u64, CoreError> {
         self.tx
             .prepare_cached("SELECT seq FROM mail_cursors WHERE group_id = ?1 AND actor_id = ?2")
-            .and_then(|mut s| s.query_row(params![group_id, actor_id], |r| r.get::<_, i64>(0)).optional())
+            .and_then(|mut s| {
+                s.query_row(params![group_id, actor_id], |r| r.get::<_, i64>(0))
+                    .optional()
+            })
             .map(|o| o.unwrap_or(0) as u64)
             .map_err(core)
     }
 
-    fn delivery(&self, group_id: &str, delivery_id: &str) -> Result<Option<DeliveryRow>, CoreError> {
+    fn delivery(
+        &self,
+        group_id: &str,
+        delivery_id: &str,
+    ) -> Result<Option<DeliveryRow>, CoreError> {
         self.tx
             .prepare_cached("SELECT actor_id, source_event_id, state, transport FROM deliveries WHERE group_id = ?1 AND delivery_id = ?2")
             .and_then(|mut s| {
@@ -187,7 +268,13 @@ impl LedgerView for WriterView<'_> {
             .map_err(core)
     }
 
-    fn idempotent(&self, group_id: &str, by: &str, client_id: &str, since_unix: i64) -> Result<Option<String>, CoreError> {
+    fn idempotent(
+        &self,
+        group_id: &str,
+        by: &str,
+        client_id: &str,
+        since_unix: i64,
+    ) -> Result<Option<String>, CoreError> {
         self.tx
             .prepare_cached("SELECT event_id FROM idempotency WHERE group_id = ?1 AND by_ = ?2 AND client_id = ?3 AND at_unix >= ?4")
             .and_then(|mut s| s.query_row(params![group_id, by, client_id, since_unix], |r| r.get(0)).optional())

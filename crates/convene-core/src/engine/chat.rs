@@ -45,17 +45,26 @@ pub fn delivery_targets(group: &crate::model::Group, ev: &Event) -> Vec<String> 
 
 fn string_array(v: Option<&Value>) -> Vec<String> {
     v.and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(str::to_string))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
 fn check_objects(items: &[Value], field: &str, needs_path: bool) -> Result<(), CoreError> {
     for (i, it) in items.iter().enumerate() {
         let Some(o) = it.as_object() else {
-            return Err(CoreError::invalid(format!("{field}[{i}] must be an object")).with("field", field));
+            return Err(
+                CoreError::invalid(format!("{field}[{i}] must be an object")).with("field", field),
+            );
         };
         if needs_path && !o.get("path").map(Value::is_string).unwrap_or(false) {
-            return Err(CoreError::invalid(format!("{field}[{i}].path must be a string")).with("field", field));
+            return Err(
+                CoreError::invalid(format!("{field}[{i}].path must be a string"))
+                    .with("field", field),
+            );
         }
         if let Some(kind) = o.get("kind").and_then(Value::as_str) {
             let ok = match kind {
@@ -64,63 +73,92 @@ fn check_objects(items: &[Value], field: &str, needs_path: bool) -> Result<(), C
                 _ => true,
             };
             if !ok {
-                return Err(CoreError::invalid(format!("{field}[{i}] of kind {kind} lacks its identifier")).with("field", field));
+                return Err(CoreError::invalid(format!(
+                    "{field}[{i}] of kind {kind} lacks its identifier"
+                ))
+                .with("field", field));
             }
         }
     }
     Ok(())
 }
 
-/// Validates a send and builds its `data`; returns (data, audience, materialized to, mode).
-fn build_message(ctx: &Ctx<'_>, a: &SendArgs) -> Result<(Map<String, Value>, Audience, Vec<String>, String), CoreError> {
+/// Validates a send and builds its `data` (with `to` materialized).
+fn build_message(ctx: &Ctx<'_>, a: &SendArgs) -> Result<Map<String, Value>, CoreError> {
     let g = ctx.group(&a.group_id)?;
     ctx.check_principal(&a.group_id, &a.by)?;
     let mode = a.message_mode.clone().unwrap_or_else(|| "send".into());
     if !MODES.contains(&mode.as_str()) {
-        return Err(CoreError::invalid("message_mode must be send, request_reply or mail").with("field", "message_mode"));
+        return Err(
+            CoreError::invalid("message_mode must be send, request_reply or mail")
+                .with("field", "message_mode"),
+        );
     }
     let text = match &a.text {
         Some(t) => t.clone(),
         None => return Err(CoreError::invalid("text is required").with("field", "text")),
     };
     if text.is_empty() && a.attachments.is_empty() {
-        return Err(CoreError::invalid("text may be empty only when attachments convey the message").with("field", "text"));
+        return Err(CoreError::invalid(
+            "text may be empty only when attachments convey the message",
+        )
+        .with("field", "text"));
     }
     let lim = ctx.limits;
     if text.len() > lim.max_text_bytes {
-        return Err(CoreError::new(ErrorCode::LimitExceeded, format!("text exceeds {} bytes", lim.max_text_bytes))
-            .with("field", "text")
-            .with("limit", lim.max_text_bytes as u64));
+        return Err(CoreError::new(
+            ErrorCode::LimitExceeded,
+            format!("text exceeds {} bytes", lim.max_text_bytes),
+        )
+        .with("field", "text")
+        .with("limit", lim.max_text_bytes as u64));
     }
     if a.attachments.len() + a.refs.len() > lim.max_attachments {
-        return Err(CoreError::new(ErrorCode::LimitExceeded, format!("at most {} attachments and refs", lim.max_attachments)));
+        return Err(CoreError::new(
+            ErrorCode::LimitExceeded,
+            format!("at most {} attachments and refs", lim.max_attachments),
+        ));
     }
     if a.to.len() > lim.max_recipients {
-        return Err(CoreError::new(ErrorCode::LimitExceeded, format!("at most {} recipients", lim.max_recipients)));
+        return Err(CoreError::new(
+            ErrorCode::LimitExceeded,
+            format!("at most {} recipients", lim.max_recipients),
+        ));
     }
     if let Some(f) = &a.format {
         if f != "plain" && f != "markdown" {
-            return Err(CoreError::invalid("format must be plain or markdown").with("field", "format"));
+            return Err(
+                CoreError::invalid("format must be plain or markdown").with("field", "format")
+            );
         }
     }
     let insight = match &a.insight {
         Some(s) if !s.trim().is_empty() => {
             let n = normalize_insight(s);
             if n.chars().count() > MAX_INSIGHT_CHARS {
-                return Err(CoreError::invalid(format!("insight exceeds {MAX_INSIGHT_CHARS} characters"))
-                    .with("field", "insight")
-                    .with("limit", MAX_INSIGHT_CHARS as u64));
+                return Err(CoreError::invalid(format!(
+                    "insight exceeds {MAX_INSIGHT_CHARS} characters"
+                ))
+                .with("field", "insight")
+                .with("limit", MAX_INSIGHT_CHARS as u64));
             }
             Some(n)
         }
         _ => None,
     };
     if a.src_group_id.is_some() != a.src_event_id.is_some() {
-        return Err(CoreError::invalid("src_group_id and src_event_id must be given together").with("field", "src_event_id"));
+        return Err(
+            CoreError::invalid("src_group_id and src_event_id must be given together")
+                .with("field", "src_event_id"),
+        );
     }
     if let Some(c) = &a.client_id {
         if c.is_empty() || c.len() > lim.max_client_id_bytes {
-            return Err(CoreError::invalid(format!("client_id must be 1-{} bytes", lim.max_client_id_bytes)).with("field", "client_id"));
+            return Err(CoreError::invalid(format!(
+                "client_id must be 1-{} bytes",
+                lim.max_client_id_bytes
+            ))
+            .with("field", "client_id"));
         }
     }
     check_objects(&a.attachments, "attachments", true)?;
@@ -129,15 +167,26 @@ fn build_message(ctx: &Ctx<'_>, a: &SendArgs) -> Result<(Map<String, Value>, Aud
     let mut to_in = a.to.clone();
     if let Some(rt) = &a.reply_to {
         if mode == "request_reply" {
-            return Err(CoreError::invalid("a reply may not use message_mode request_reply").with("field", "message_mode"));
+            return Err(
+                CoreError::invalid("a reply may not use message_mode request_reply")
+                    .with("field", "message_mode"),
+            );
         }
-        let target = ctx.view.event(&a.group_id, rt)?.ok_or_else(|| CoreError::no_event(rt))?;
+        let target = ctx
+            .view
+            .event(&a.group_id, rt)?
+            .ok_or_else(|| CoreError::no_event(rt))?;
         if target.kind != kinds::CHAT_MESSAGE {
-            return Err(CoreError::invalid("reply_to must reference a chat.message").with("field", "reply_to"));
+            return Err(CoreError::invalid("reply_to must reference a chat.message")
+                .with("field", "reply_to"));
         }
         // A reply with no recipients goes back to the original sender.
         if routing::normalize(&to_in).is_empty() {
-            let back = if target.by == "system" || target.by.starts_with("svc:") { "user".to_string() } else { target.by.clone() };
+            let back = if target.by == "system" || target.by.starts_with("svc:") {
+                "user".to_string()
+            } else {
+                target.by.clone()
+            };
             if back != a.by {
                 to_in = vec![back];
             }
@@ -153,11 +202,18 @@ fn build_message(ctx: &Ctx<'_>, a: &SendArgs) -> Result<(Map<String, Value>, Aud
     }
     let (to, aud) = routing::materialize(g, &to_in)?;
     if mode == "mail" && aud == Audience::Human {
-        return Err(CoreError::invalid("the user has no Mail inbox: use send or request_reply").with("field", "message_mode").with("reason", "mail_to_user"));
+        return Err(
+            CoreError::invalid("the user has no Mail inbox: use send or request_reply")
+                .with("field", "message_mode")
+                .with("reason", "mail_to_user"),
+        );
     }
     let mut d = Map::new();
     d.insert("text".into(), Value::String(text));
-    d.insert("format".into(), Value::String(a.format.clone().unwrap_or_else(|| "plain".into())));
+    d.insert(
+        "format".into(),
+        Value::String(a.format.clone().unwrap_or_else(|| "plain".into())),
+    );
     if let Some(i) = insight {
         d.insert("insight".into(), Value::String(i));
     }
@@ -188,14 +244,19 @@ fn build_message(ctx: &Ctx<'_>, a: &SendArgs) -> Result<(Map<String, Value>, Aud
     for (k, v) in &a.extra {
         d.entry(k.clone()).or_insert_with(|| v.clone());
     }
-    Ok((d, aud, to, mode))
+    Ok(d)
 }
 
 /// Projections of one appended `chat.message`: obligations, Mail index, reply closing.
 pub(super) fn project_message(ctx: &mut Ctx<'_>, ev: &Event) -> Result<(), CoreError> {
-    let Some(g) = ctx.groups.get(&ev.group_id) else { return Ok(()) };
+    let Some(g) = ctx.groups.get(&ev.group_id) else {
+        return Ok(());
+    };
     let to = string_array(ev.data.get("to"));
-    let recipients: Vec<String> = routing::expand(g, &to).into_iter().filter(|r| r != &ev.by).collect();
+    let recipients: Vec<String> = routing::expand(g, &to)
+        .into_iter()
+        .filter(|r| r != &ev.by)
+        .collect();
     match ev.data_str("message_mode") {
         Some("request_reply") => {
             for r in &recipients {
@@ -225,7 +286,11 @@ pub(super) fn project_message(ctx: &mut Ctx<'_>, ev: &Event) -> Result<(), CoreE
         let open = ctx.view.obligations(&ev.group_id, rt)?;
         let pending = ctx.out.changes.iter().any(|c| matches!(c, Change::Obligation { source_event_id, actor_id, status, .. }
             if source_event_id == rt && actor_id == &ev.by && *status != ObligationStatus::Requested));
-        if !pending && open.iter().any(|o| o.actor_id == ev.by && o.status == ObligationStatus::Requested) {
+        if !pending
+            && open
+                .iter()
+                .any(|o| o.actor_id == ev.by && o.status == ObligationStatus::Requested)
+        {
             ctx.out.changes.push(Change::Obligation {
                 group_id: ev.group_id.clone(),
                 source_event_id: rt.to_string(),
@@ -249,9 +314,15 @@ fn append_message(ctx: &mut Ctx<'_>, a: &SendArgs) -> Result<Option<Event>, Core
             }
         }
     }
-    let (data, _aud, _to, _mode) = build_message(ctx, a)?;
+    let data = build_message(ctx, a)?;
     let scope = ctx.scope_for(&a.group_id, &a.by);
-    let ev = ctx.append(&a.group_id, kinds::CHAT_MESSAGE, &a.by, scope, Value::Object(data))?;
+    let ev = ctx.append(
+        &a.group_id,
+        kinds::CHAT_MESSAGE,
+        &a.by,
+        scope,
+        Value::Object(data),
+    )?;
     project_message(ctx, &ev)?;
     if let Some(cid) = &a.client_id {
         ctx.out.changes.push(Change::Idempotency {
@@ -276,19 +347,33 @@ pub(super) fn relay(ctx: &mut Ctx<'_>, r: RelayArgs) -> Result<(), CoreError> {
     let dst = r.send.group_id.clone();
     ctx.group(&dst)?;
     if dst == src {
-        return Err(CoreError::invalid("destination group equals source group").with("field", "dst_group_id"));
+        return Err(CoreError::invalid("destination group equals source group")
+            .with("field", "dst_group_id"));
     }
     let mut send = r.send.clone();
     // Across groups the sender is not a member of the destination: it appears as a service.
-    if !super::is_privileged(&send.by) && !send.by.starts_with("svc:") && ctx.group(&dst)?.actor(&send.by).is_none() {
-        send.extra.insert("relay_by".into(), Value::String(send.by.clone()));
+    if !super::is_privileged(&send.by)
+        && !send.by.starts_with("svc:")
+        && ctx.group(&dst)?.actor(&send.by).is_none()
+    {
+        send.extra
+            .insert("relay_by".into(), Value::String(send.by.clone()));
         send.by = "svc:relay".into();
     }
     if let Some(eid) = &r.src_event_id {
-        let orig = ctx.view.event(&src, eid)?.ok_or_else(|| CoreError::no_event(eid))?;
+        let orig = ctx
+            .view
+            .event(&src, eid)?
+            .ok_or_else(|| CoreError::no_event(eid))?;
         let text = orig.data_str("text").unwrap_or_default().to_string();
         send.text = Some(if r.summarized {
-            format!("[Summarized] {}", send.text.clone().filter(|t| !t.is_empty()).unwrap_or_else(|| summarize(&text)))
+            format!(
+                "[Summarized] {}",
+                send.text
+                    .clone()
+                    .filter(|t| !t.is_empty())
+                    .unwrap_or_else(|| summarize(&text))
+            )
         } else {
             text
         });
@@ -304,13 +389,19 @@ pub(super) fn relay(ctx: &mut Ctx<'_>, r: RelayArgs) -> Result<(), CoreError> {
     let mut record_data = None;
     if r.record || r.src_event_id.is_none() {
         let mut rec = Map::new();
-        rec.insert("text".into(), Value::String(send.text.clone().unwrap_or_default()));
+        rec.insert(
+            "text".into(),
+            Value::String(send.text.clone().unwrap_or_default()),
+        );
         rec.insert("format".into(), Value::String("plain".into()));
         rec.insert("message_mode".into(), Value::String("send".into()));
         rec.insert("to".into(), json!(["user"]));
         rec.insert("dst_group_id".into(), Value::String(dst.clone()));
         rec.insert("dst_to".into(), json!(send.to));
-        rec.insert("dst_message_mode".into(), Value::String(send.message_mode.clone().unwrap_or_else(|| "send".into())));
+        rec.insert(
+            "dst_message_mode".into(),
+            Value::String(send.message_mode.clone().unwrap_or_else(|| "send".into())),
+        );
         record_data = Some(rec);
     }
     let mut rec_ev = None;
@@ -318,19 +409,33 @@ pub(super) fn relay(ctx: &mut Ctx<'_>, r: RelayArgs) -> Result<(), CoreError> {
         if r.src_event_id.is_none() {
             // The local record is the source of a freshly authored relay (§9.1 provenance).
             let scope = ctx.scope_for(&src, &r.send.by);
-            let ev = ctx.append(&src, kinds::CHAT_MESSAGE, &r.send.by, scope, Value::Object(std::mem::take(&mut rec)))?;
+            let ev = ctx.append(
+                &src,
+                kinds::CHAT_MESSAGE,
+                &r.send.by,
+                scope,
+                Value::Object(std::mem::take(&mut rec)),
+            )?;
             send.src_group_id = Some(src.clone());
             send.src_event_id = Some(ev.id.clone());
             rec_ev = Some(ev);
         }
     }
-    let Some(dst_ev) = append_message(ctx, &send)? else { return Ok(()) };
+    let Some(dst_ev) = append_message(ctx, &send)? else {
+        return Ok(());
+    };
     if let Some(rec) = record_data {
         if rec_ev.is_none() {
             let mut rec = rec;
             rec.insert("dst_event_id".into(), Value::String(dst_ev.id.clone()));
             let scope = ctx.scope_for(&src, &r.send.by);
-            ctx.append(&src, kinds::CHAT_MESSAGE, &r.send.by, scope, Value::Object(rec))?;
+            ctx.append(
+                &src,
+                kinds::CHAT_MESSAGE,
+                &r.send.by,
+                scope,
+                Value::Object(rec),
+            )?;
         }
     }
     Ok(())
@@ -339,10 +444,20 @@ pub(super) fn relay(ctx: &mut Ctx<'_>, r: RelayArgs) -> Result<(), CoreError> {
 /// A short summary: the first 280 characters.
 fn summarize(text: &str) -> String {
     let s: String = text.chars().take(280).collect();
-    if s.len() < text.len() { format!("{s}…") } else { s }
+    if s.len() < text.len() {
+        format!("{s}…")
+    } else {
+        s
+    }
 }
 
-pub(super) fn mail_read(ctx: &mut Ctx<'_>, group_id: &str, by: &str, actor_id: &str, event_id: &str) -> Result<(), CoreError> {
+pub(super) fn mail_read(
+    ctx: &mut Ctx<'_>,
+    group_id: &str,
+    by: &str,
+    actor_id: &str,
+    event_id: &str,
+) -> Result<(), CoreError> {
     ctx.group(group_id)?;
     if actor_id == routing::USER {
         return Err(CoreError::invalid("the user has no Mail inbox").with("field", "actor_id"));
@@ -351,14 +466,28 @@ pub(super) fn mail_read(ctx: &mut Ctx<'_>, group_id: &str, by: &str, actor_id: &
         return Err(CoreError::no_actor(actor_id));
     }
     if by != actor_id && !is_privileged(by) {
-        return Err(CoreError::denied(format!("only {actor_id} or the user may move {actor_id}'s Mail cursor")).with("by", by));
+        return Err(CoreError::denied(format!(
+            "only {actor_id} or the user may move {actor_id}'s Mail cursor"
+        ))
+        .with("by", by));
     }
     let seq = ctx
         .view
         .mail_addressed(group_id, actor_id, event_id)?
-        .ok_or_else(|| CoreError::invalid(format!("{event_id} is not a Mail message addressed to {actor_id}")).with("field", "event_id"))?;
+        .ok_or_else(|| {
+            CoreError::invalid(format!(
+                "{event_id} is not a Mail message addressed to {actor_id}"
+            ))
+            .with("field", "event_id")
+        })?;
     let scope = ctx.scope_for(group_id, by);
-    ctx.append(group_id, kinds::MAIL_READ, by, scope, json!({"actor_id": actor_id, "event_id": event_id}))?;
+    ctx.append(
+        group_id,
+        kinds::MAIL_READ,
+        by,
+        scope,
+        json!({"actor_id": actor_id, "event_id": event_id}),
+    )?;
     if seq > ctx.view.mail_cursor(group_id, actor_id)? {
         ctx.out.changes.push(Change::MailCursor {
             group_id: group_id.to_string(),
@@ -370,18 +499,37 @@ pub(super) fn mail_read(ctx: &mut Ctx<'_>, group_id: &str, by: &str, actor_id: &
     Ok(())
 }
 
-pub(super) fn cancel(ctx: &mut Ctx<'_>, group_id: &str, by: &str, source_event_id: &str) -> Result<(), CoreError> {
+pub(super) fn cancel(
+    ctx: &mut Ctx<'_>,
+    group_id: &str,
+    by: &str,
+    source_event_id: &str,
+) -> Result<(), CoreError> {
     ctx.group(group_id)?;
     ctx.check_principal(group_id, by)?;
-    let src = ctx.view.event(group_id, source_event_id)?.ok_or_else(|| CoreError::no_event(source_event_id))?;
+    let src = ctx
+        .view
+        .event(group_id, source_event_id)?
+        .ok_or_else(|| CoreError::no_event(source_event_id))?;
     if src.kind != kinds::CHAT_MESSAGE || src.data_str("message_mode") != Some("request_reply") {
-        return Err(CoreError::invalid("target must be a request_reply chat.message").with("field", "source_event_id"));
+        return Err(
+            CoreError::invalid("target must be a request_reply chat.message")
+                .with("field", "source_event_id"),
+        );
     }
     if by != src.by && by != routing::USER {
-        return Err(CoreError::denied("only the original sender or the user may cancel").with("by", by));
+        return Err(
+            CoreError::denied("only the original sender or the user may cancel").with("by", by),
+        );
     }
     let scope = ctx.scope_for(group_id, by);
-    let ev = ctx.append(group_id, kinds::REPLY_CANCELLED, by, scope, json!({"source_event_id": source_event_id}))?;
+    let ev = ctx.append(
+        group_id,
+        kinds::REPLY_CANCELLED,
+        by,
+        scope,
+        json!({"source_event_id": source_event_id}),
+    )?;
     for o in ctx.view.obligations(group_id, source_event_id)? {
         if o.status == ObligationStatus::Requested {
             ctx.out.changes.push(Change::Obligation {
@@ -399,11 +547,20 @@ pub(super) fn cancel(ctx: &mut Ctx<'_>, group_id: &str, by: &str, source_event_i
 /// Whether a `system.notify` may leave for an external IM bridge (§7.1, fail-closed).
 pub fn im_eligible(data: &Value) -> bool {
     let public = data.get("im_visibility").and_then(Value::as_str) == Some("public");
-    let targeted = data.get("target_actor_id").and_then(Value::as_str).map(|s| !s.is_empty()).unwrap_or(false);
+    let targeted = data
+        .get("target_actor_id")
+        .and_then(Value::as_str)
+        .map(|s| !s.is_empty())
+        .unwrap_or(false);
     public && !targeted
 }
 
-pub(super) fn notify(ctx: &mut Ctx<'_>, group_id: &str, by: &str, mut data: Map<String, Value>) -> Result<(), CoreError> {
+pub(super) fn notify(
+    ctx: &mut Ctx<'_>,
+    group_id: &str,
+    by: &str,
+    mut data: Map<String, Value>,
+) -> Result<(), CoreError> {
     ctx.group(group_id)?;
     ctx.check_principal(group_id, by)?;
     match data.get("kind") {
@@ -411,14 +568,21 @@ pub(super) fn notify(ctx: &mut Ctx<'_>, group_id: &str, by: &str, mut data: Map<
             data.insert("kind".into(), Value::String("info".into()));
         }
         Some(Value::String(k)) if !k.is_empty() => {}
-        _ => return Err(CoreError::invalid("kind must be a non-empty string").with("field", "kind")),
+        _ => {
+            return Err(CoreError::invalid("kind must be a non-empty string").with("field", "kind"))
+        }
     }
     match get_str(&data, "priority") {
         None => {
             data.insert("priority".into(), Value::String("normal".into()));
         }
         Some("low" | "normal" | "high" | "urgent") => {}
-        Some(_) => return Err(CoreError::invalid("priority must be low, normal, high or urgent").with("field", "priority")),
+        Some(_) => {
+            return Err(
+                CoreError::invalid("priority must be low, normal, high or urgent")
+                    .with("field", "priority"),
+            )
+        }
     }
     if let Some(t) = get_str(&data, "target_actor_id") {
         if !t.is_empty() && ctx.group(group_id)?.actor(t).is_none() {
@@ -426,30 +590,60 @@ pub(super) fn notify(ctx: &mut Ctx<'_>, group_id: &str, by: &str, mut data: Map<
         }
     }
     let scope = ctx.scope_for(group_id, by);
-    ctx.append(group_id, kinds::SYSTEM_NOTIFY, by, scope, Value::Object(data))?;
+    ctx.append(
+        group_id,
+        kinds::SYSTEM_NOTIFY,
+        by,
+        scope,
+        Value::Object(data),
+    )?;
     Ok(())
 }
 
-pub(super) fn reaction(ctx: &mut Ctx<'_>, group_id: &str, by: &str, event_id: &str, emoji: &str) -> Result<(), CoreError> {
+pub(super) fn reaction(
+    ctx: &mut Ctx<'_>,
+    group_id: &str,
+    by: &str,
+    event_id: &str,
+    emoji: &str,
+) -> Result<(), CoreError> {
     ctx.group(group_id)?;
     ctx.check_principal(group_id, by)?;
     if emoji.is_empty() || emoji.chars().count() > 16 {
         return Err(CoreError::invalid("emoji must be 1-16 characters").with("field", "emoji"));
     }
-    ctx.view.event(group_id, event_id)?.ok_or_else(|| CoreError::no_event(event_id))?;
+    ctx.view
+        .event(group_id, event_id)?
+        .ok_or_else(|| CoreError::no_event(event_id))?;
     let scope = ctx.scope_for(group_id, by);
-    ctx.append(group_id, kinds::CHAT_REACTION, by, scope, json!({"event_id": event_id, "actor_id": by, "emoji": emoji}))?;
+    ctx.append(
+        group_id,
+        kinds::CHAT_REACTION,
+        by,
+        scope,
+        json!({"event_id": event_id, "actor_id": by, "emoji": emoji}),
+    )?;
     Ok(())
 }
 
-pub(super) fn extension(ctx: &mut Ctx<'_>, group_id: &str, by: &str, kind: &str, data: Value) -> Result<(), CoreError> {
+pub(super) fn extension(
+    ctx: &mut Ctx<'_>,
+    group_id: &str,
+    by: &str,
+    kind: &str,
+    data: Value,
+) -> Result<(), CoreError> {
     ctx.group(group_id)?;
     ctx.check_principal(group_id, by)?;
     if kind == kinds::RUNTIME_DELIVERY {
-        return Err(CoreError::denied("runtime.delivery is daemon-authored only").with("kind", kind));
+        return Err(
+            CoreError::denied("runtime.delivery is daemon-authored only").with("kind", kind),
+        );
     }
     if !(kind.starts_with("x.") || kind.starts_with("vendor.")) || kind.len() > 128 {
-        return Err(CoreError::invalid("extension kinds must start with x. or vendor.").with("kind", kind));
+        return Err(
+            CoreError::invalid("extension kinds must start with x. or vendor.").with("kind", kind),
+        );
     }
     if !data.is_object() {
         return Err(CoreError::invalid("data must be an object").with("field", "data"));

@@ -13,13 +13,26 @@ pub fn delivery_id(actor_id: &str, generation: u64, source_event_id: &str) -> St
     format!("delivery:{actor_id}:{generation}:{source_event_id}")
 }
 
-pub(super) fn claim(ctx: &mut Ctx<'_>, group_id: &str, actor_id: &str, source_event_id: &str, transport: &str, kind: ClaimKind) -> Result<(), CoreError> {
+pub(super) fn claim(
+    ctx: &mut Ctx<'_>,
+    group_id: &str,
+    actor_id: &str,
+    source_event_id: &str,
+    transport: &str,
+    kind: ClaimKind,
+) -> Result<(), CoreError> {
     let g = ctx.group(group_id)?;
-    let actor = g.actor(actor_id).ok_or_else(|| CoreError::no_actor(actor_id))?;
+    let actor = g
+        .actor(actor_id)
+        .ok_or_else(|| CoreError::no_actor(actor_id))?;
     let did = delivery_id(actor_id, actor.generation, source_event_id);
-    let src = ctx.view.event(group_id, source_event_id)?.ok_or_else(|| CoreError::no_event(source_event_id))?;
+    let src = ctx
+        .view
+        .event(group_id, source_event_id)?
+        .ok_or_else(|| CoreError::no_event(source_event_id))?;
     if src.kind != kinds::CHAT_MESSAGE {
-        return Err(CoreError::invalid("only chat.message events are delivered").with("field", "source_event_id"));
+        return Err(CoreError::invalid("only chat.message events are delivered")
+            .with("field", "source_event_id"));
     }
     if let Some(prev) = ctx.view.delivery(group_id, &did)? {
         let conflict = |why: &str| {
@@ -31,9 +44,18 @@ pub(super) fn claim(ctx: &mut Ctx<'_>, group_id: &str, actor_id: &str, source_ev
             // A concurrent claimant treats an active claim as in progress (§6.4).
             ("claimed", _) => return Err(conflict("delivery in progress")),
             // No automatic retry after accepted or ambiguous (§6.4).
-            ("accepted" | "ambiguous", ClaimKind::Automatic) => return Err(conflict("no automatic retry after accepted or ambiguous")),
-            ("ambiguous", ClaimKind::Manual { force_ambiguous: false }) => {
-                return Err(conflict("last attempt is ambiguous: pass force_ambiguous to deliver again"))
+            ("accepted" | "ambiguous", ClaimKind::Automatic) => {
+                return Err(conflict("no automatic retry after accepted or ambiguous"))
+            }
+            (
+                "ambiguous",
+                ClaimKind::Manual {
+                    force_ambiguous: false,
+                },
+            ) => {
+                return Err(conflict(
+                    "last attempt is ambiguous: pass force_ambiguous to deliver again",
+                ))
             }
             _ => {}
         }
@@ -46,7 +68,13 @@ pub(super) fn claim(ctx: &mut Ctx<'_>, group_id: &str, actor_id: &str, source_ev
         "transport": transport,
         "reason": Value::Null,
     });
-    ctx.append(group_id, kinds::RUNTIME_DELIVERY, "system", src.scope_key.clone(), data)?;
+    ctx.append(
+        group_id,
+        kinds::RUNTIME_DELIVERY,
+        "system",
+        src.scope_key.clone(),
+        data,
+    )?;
     ctx.out.changes.push(Change::Delivery {
         group_id: group_id.to_string(),
         row: DeliveryRow {
@@ -60,20 +88,33 @@ pub(super) fn claim(ctx: &mut Ctx<'_>, group_id: &str, actor_id: &str, source_ev
     Ok(())
 }
 
-pub(super) fn result(ctx: &mut Ctx<'_>, group_id: &str, delivery_id: &str, state: DeliveryState, reason: Option<String>) -> Result<(), CoreError> {
+pub(super) fn result(
+    ctx: &mut Ctx<'_>,
+    group_id: &str,
+    delivery_id: &str,
+    state: DeliveryState,
+    reason: Option<String>,
+) -> Result<(), CoreError> {
     ctx.group(group_id)?;
     if state == DeliveryState::Claimed {
-        return Err(CoreError::invalid("a result must be accepted, failed or ambiguous"));
+        return Err(CoreError::invalid(
+            "a result must be accepted, failed or ambiguous",
+        ));
     }
-    let prev = ctx
-        .view
-        .delivery(group_id, delivery_id)?
-        .ok_or_else(|| CoreError::new(ErrorCode::EventNotFound, format!("no delivery {delivery_id}")))?;
+    let prev = ctx.view.delivery(group_id, delivery_id)?.ok_or_else(|| {
+        CoreError::new(
+            ErrorCode::EventNotFound,
+            format!("no delivery {delivery_id}"),
+        )
+    })?;
     if prev.state != "claimed" {
         // Exactly one result per claimed attempt (§6.4).
-        return Err(CoreError::new(ErrorCode::DeliveryConflict, "attempt already has its result")
-            .with("delivery_id", delivery_id)
-            .with("state", prev.state.as_str()));
+        return Err(CoreError::new(
+            ErrorCode::DeliveryConflict,
+            "attempt already has its result",
+        )
+        .with("delivery_id", delivery_id)
+        .with("state", prev.state.as_str()));
     }
     let data = json!({
         "actor_id": prev.actor_id,
@@ -83,11 +124,18 @@ pub(super) fn result(ctx: &mut Ctx<'_>, group_id: &str, delivery_id: &str, state
         "transport": prev.transport,
         "reason": reason,
     });
-    let scope = ctx.view.event(group_id, &prev.source_event_id)?.map(|e| e.scope_key).unwrap_or_default();
+    let scope = ctx
+        .view
+        .event(group_id, &prev.source_event_id)?
+        .map(|e| e.scope_key)
+        .unwrap_or_default();
     ctx.append(group_id, kinds::RUNTIME_DELIVERY, "system", scope, data)?;
     ctx.out.changes.push(Change::Delivery {
         group_id: group_id.to_string(),
-        row: DeliveryRow { state: state.as_str().into(), ..prev },
+        row: DeliveryRow {
+            state: state.as_str().into(),
+            ..prev
+        },
     });
     Ok(())
 }

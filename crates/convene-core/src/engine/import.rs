@@ -10,16 +10,27 @@ use crate::model::{Actor, Group, Role, Settings};
 /// Imports events in order. The group is created when absent (from the first
 /// `group.create`, else bare). Events whose id is already in the group are skipped, so an
 /// import can be repeated. `seq` is reassigned; `id`, `ts`, `by`, `kind`, `data` are kept.
-pub(super) fn import(ctx: &mut Ctx<'_>, group_id: &str, events: Vec<Value>) -> Result<(), CoreError> {
+pub(super) fn import(
+    ctx: &mut Ctx<'_>,
+    group_id: &str,
+    events: Vec<Value>,
+) -> Result<(), CoreError> {
     if group_id.is_empty() {
         return Err(CoreError::invalid("missing group_id").with("field", "group_id"));
     }
     let mut parsed = Vec::with_capacity(events.len());
     for (i, raw) in events.into_iter().enumerate() {
-        let o = raw.as_object().ok_or_else(|| CoreError::invalid(format!("line {}: not an object", i + 1)))?;
-        let kind = get_str(o, "kind").filter(|k| !k.is_empty()).ok_or_else(|| CoreError::invalid(format!("line {}: missing kind", i + 1)))?;
+        let o = raw
+            .as_object()
+            .ok_or_else(|| CoreError::invalid(format!("line {}: not an object", i + 1)))?;
+        let kind = get_str(o, "kind")
+            .filter(|k| !k.is_empty())
+            .ok_or_else(|| CoreError::invalid(format!("line {}: missing kind", i + 1)))?;
         if o.get("data").map(|d| !d.is_object()).unwrap_or(false) {
-            return Err(CoreError::invalid(format!("line {}: data must be an object", i + 1)));
+            return Err(CoreError::invalid(format!(
+                "line {}: data must be an object",
+                i + 1
+            )));
         }
         parsed.push((kind.to_string(), o.clone()));
     }
@@ -31,8 +42,12 @@ pub(super) fn import(ctx: &mut Ctx<'_>, group_id: &str, events: Vec<Value>) -> R
             .map(|(_, o)| {
                 let d = o.get("data").and_then(Value::as_object);
                 (
-                    d.and_then(|d| get_str(d, "title")).unwrap_or_default().to_string(),
-                    d.and_then(|d| get_str(d, "topic")).unwrap_or_default().to_string(),
+                    d.and_then(|d| get_str(d, "title"))
+                        .unwrap_or_default()
+                        .to_string(),
+                    d.and_then(|d| get_str(d, "topic"))
+                        .unwrap_or_default()
+                        .to_string(),
                     get_str(o, "ts").unwrap_or(&ts).to_string(),
                 )
             })
@@ -57,18 +72,35 @@ pub(super) fn import(ctx: &mut Ctx<'_>, group_id: &str, events: Vec<Value>) -> R
         );
     }
     for (kind, o) in parsed {
-        let id = get_str(&o, "id").filter(|s| !s.is_empty()).map(str::to_string).unwrap_or_else(new_event_id);
-        if ctx.view.event(group_id, &id)?.is_some() || ctx.out.events.iter().any(|e| e.id == id && e.group_id == group_id) {
+        let id = get_str(&o, "id")
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .unwrap_or_else(new_event_id);
+        if ctx.view.event(group_id, &id)?.is_some()
+            || ctx
+                .out
+                .events
+                .iter()
+                .any(|e| e.id == id && e.group_id == group_id)
+        {
             continue;
         }
-        let data = o.get("data").cloned().unwrap_or_else(|| Value::Object(Map::new()));
+        let data = o
+            .get("data")
+            .cloned()
+            .unwrap_or_else(|| Value::Object(Map::new()));
         apply_management(ctx, group_id, &kind, &data);
-        let g = ctx.groups.get_mut(group_id).ok_or_else(|| CoreError::no_group(group_id))?;
+        let g = ctx
+            .groups
+            .get_mut(group_id)
+            .ok_or_else(|| CoreError::no_group(group_id))?;
         g.last_seq += 1;
         let ev = Event {
             v: ENVELOPE_V,
             id,
-            ts: get_str(&o, "ts").map(str::to_string).unwrap_or_else(|| format_ts(ctx.now)),
+            ts: get_str(&o, "ts")
+                .map(str::to_string)
+                .unwrap_or_else(|| format_ts(ctx.now)),
             seq: g.last_seq,
             kind: kind.clone(),
             group_id: group_id.to_string(),
@@ -87,14 +119,24 @@ pub(super) fn import(ctx: &mut Ctx<'_>, group_id: &str, events: Vec<Value>) -> R
 
 /// Rebuilds actors and settings from management events (best effort for foreign shapes).
 fn apply_management(ctx: &mut Ctx<'_>, group_id: &str, kind: &str, data: &Value) {
-    let Some(g) = ctx.groups.get_mut(group_id) else { return };
+    let Some(g) = ctx.groups.get_mut(group_id) else {
+        return;
+    };
     let Some(d) = data.as_object() else { return };
     let actor_id = get_str(d, "actor_id")
-        .or_else(|| d.get("actor").and_then(|a| a.get("id")).and_then(Value::as_str))
+        .or_else(|| {
+            d.get("actor")
+                .and_then(|a| a.get("id"))
+                .and_then(Value::as_str)
+        })
         .unwrap_or_default()
         .to_string();
     match kind {
-        kinds::ACTOR_ADD if !actor_id.is_empty() && g.actor(&actor_id).is_none() && groups::validate_actor_id(&actor_id).is_ok() => {
+        kinds::ACTOR_ADD
+            if !actor_id.is_empty()
+                && g.actor(&actor_id).is_none()
+                && groups::validate_actor_id(&actor_id).is_ok() =>
+        {
             let src = d.get("actor").and_then(Value::as_object).unwrap_or(d);
             g.actors.push(Actor {
                 id: actor_id,
@@ -103,7 +145,10 @@ fn apply_management(ctx: &mut Ctx<'_>, group_id: &str, kind: &str, data: &Value)
                 runtime: get_str(src, "runtime").unwrap_or("session").to_string(),
                 command: Vec::new(),
                 enabled: true,
-                internal: src.get("internal").and_then(Value::as_bool).unwrap_or(false),
+                internal: src
+                    .get("internal")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false),
                 generation: 1,
                 default_scope_key: String::new(),
                 created_at: String::new(),

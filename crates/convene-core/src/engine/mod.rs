@@ -95,11 +95,20 @@ impl Ctx<'_> {
         if group_id.is_empty() {
             return Err(CoreError::invalid("missing group_id").with("field", "group_id"));
         }
-        self.groups.get(group_id).ok_or_else(|| CoreError::no_group(group_id))
+        self.groups
+            .get(group_id)
+            .ok_or_else(|| CoreError::no_group(group_id))
     }
 
     /// Appends one event to a group: assigns `id`, `ts` and the next `seq`.
-    pub fn append(&mut self, group_id: &str, kind: &str, by: &str, scope_key: String, data: Value) -> Result<Event, CoreError> {
+    pub fn append(
+        &mut self,
+        group_id: &str,
+        kind: &str,
+        by: &str,
+        scope_key: String,
+        data: Value,
+    ) -> Result<Event, CoreError> {
         let ts = self.ts();
         let g = self
             .groups
@@ -124,8 +133,12 @@ impl Ctx<'_> {
     /// Records the group's current snapshot as a change.
     pub fn upsert(&mut self, group_id: &str) {
         if let Some(g) = self.groups.get(group_id) {
-            self.out.changes.retain(|c| !matches!(c, Change::GroupUpsert(x) if x.group_id == group_id));
-            self.out.changes.push(Change::GroupUpsert(Box::new(g.clone())));
+            self.out
+                .changes
+                .retain(|c| !matches!(c, Change::GroupUpsert(x) if x.group_id == group_id));
+            self.out
+                .changes
+                .push(Change::GroupUpsert(Box::new(g.clone())));
         }
     }
 
@@ -153,8 +166,10 @@ impl Ctx<'_> {
         if g.actor(by).is_some() {
             Ok(())
         } else {
-            Err(CoreError::denied(format!("principal {by} is not a member of group {group_id}"))
-                .with("by", by))
+            Err(CoreError::denied(format!(
+                "principal {by} is not a member of group {group_id}"
+            ))
+            .with("by", by))
         }
     }
 }
@@ -168,7 +183,10 @@ impl Engine {
     /// An engine over the given groups.
     pub fn new(groups: Vec<Group>, limits: Limits) -> Self {
         Self {
-            groups: groups.into_iter().map(|g| (g.group_id.clone(), g)).collect(),
+            groups: groups
+                .into_iter()
+                .map(|g| (g.group_id.clone(), g))
+                .collect(),
             limits,
         }
     }
@@ -181,7 +199,11 @@ impl Engine {
     /// All groups, in creation order.
     pub fn groups(&self) -> Vec<&Group> {
         let mut v: Vec<&Group> = self.groups.values().collect();
-        v.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.group_id.cmp(&b.group_id)));
+        v.sort_by(|a, b| {
+            a.created_at
+                .cmp(&b.created_at)
+                .then(a.group_id.cmp(&b.group_id))
+        });
         v
     }
 
@@ -192,7 +214,12 @@ impl Engine {
 
     /// Validates `cmd` and produces its events and changes, updating the in-memory state.
     /// On error nothing has changed.
-    pub fn execute(&mut self, view: &dyn LedgerView, cmd: Command, now: time::OffsetDateTime) -> Result<Outcome, CoreError> {
+    pub fn execute(
+        &mut self,
+        view: &dyn LedgerView,
+        cmd: Command,
+        now: time::OffsetDateTime,
+    ) -> Result<Outcome, CoreError> {
         let mut ctx = Ctx {
             groups: &mut self.groups,
             view,
@@ -215,27 +242,91 @@ impl Engine {
 
     fn dispatch(ctx: &mut Ctx<'_>, cmd: Command) -> Result<(), CoreError> {
         match cmd {
-            Command::GroupCreate { by, title, topic } => groups::create(ctx, &by, title, topic, None).map(|_| ())?,
-            Command::GroupUpdate { group_id, by, patch } => groups::update(ctx, &group_id, &by, patch)?,
-            Command::GroupSettingsUpdate { group_id, by, patch } => groups::settings(ctx, &group_id, &by, patch)?,
-            Command::GroupSetState { group_id, by, state } => groups::set_state(ctx, &group_id, &by, &state)?,
+            Command::GroupCreate { by, title, topic } => {
+                groups::create(ctx, &by, title, topic, None).map(|_| ())?
+            }
+            Command::GroupUpdate {
+                group_id,
+                by,
+                patch,
+            } => groups::update(ctx, &group_id, &by, patch)?,
+            Command::GroupSettingsUpdate {
+                group_id,
+                by,
+                patch,
+            } => groups::settings(ctx, &group_id, &by, patch)?,
+            Command::GroupSetState {
+                group_id,
+                by,
+                state,
+            } => groups::set_state(ctx, &group_id, &by, &state)?,
             Command::GroupDelete { group_id, by } => groups::delete(ctx, &group_id, &by)?,
             Command::Attach { group_id, by, url } => groups::attach(ctx, &group_id, &by, &url)?,
-            Command::DetachScope { group_id, by, scope_key } => groups::detach(ctx, &group_id, &by, &scope_key)?,
-            Command::ActorAdd { group_id, by, spec } => groups::actor_add(ctx, &group_id, &by, spec)?,
-            Command::ActorUpdate { group_id, by, actor_id, patch } => groups::actor_update(ctx, &group_id, &by, &actor_id, patch)?,
-            Command::ActorRemove { group_id, by, actor_id } => groups::actor_remove(ctx, &group_id, &by, &actor_id)?,
+            Command::DetachScope {
+                group_id,
+                by,
+                scope_key,
+            } => groups::detach(ctx, &group_id, &by, &scope_key)?,
+            Command::ActorAdd { group_id, by, spec } => {
+                groups::actor_add(ctx, &group_id, &by, spec)?
+            }
+            Command::ActorUpdate {
+                group_id,
+                by,
+                actor_id,
+                patch,
+            } => groups::actor_update(ctx, &group_id, &by, &actor_id, patch)?,
+            Command::ActorRemove {
+                group_id,
+                by,
+                actor_id,
+            } => groups::actor_remove(ctx, &group_id, &by, &actor_id)?,
             Command::Send(args) => chat::send(ctx, args)?,
             Command::Relay(args) => chat::relay(ctx, args)?,
-            Command::MailRead { group_id, by, actor_id, event_id } => chat::mail_read(ctx, &group_id, &by, &actor_id, &event_id)?,
-            Command::CancelReplyRequest { group_id, by, source_event_id } => chat::cancel(ctx, &group_id, &by, &source_event_id)?,
-            Command::DeliveryClaim { group_id, actor_id, source_event_id, transport, kind } => {
-                delivery::claim(ctx, &group_id, &actor_id, &source_event_id, &transport, kind)?
-            }
-            Command::DeliveryResult { group_id, delivery_id, state, reason } => delivery::result(ctx, &group_id, &delivery_id, state, reason)?,
+            Command::MailRead {
+                group_id,
+                by,
+                actor_id,
+                event_id,
+            } => chat::mail_read(ctx, &group_id, &by, &actor_id, &event_id)?,
+            Command::CancelReplyRequest {
+                group_id,
+                by,
+                source_event_id,
+            } => chat::cancel(ctx, &group_id, &by, &source_event_id)?,
+            Command::DeliveryClaim {
+                group_id,
+                actor_id,
+                source_event_id,
+                transport,
+                kind,
+            } => delivery::claim(
+                ctx,
+                &group_id,
+                &actor_id,
+                &source_event_id,
+                &transport,
+                kind,
+            )?,
+            Command::DeliveryResult {
+                group_id,
+                delivery_id,
+                state,
+                reason,
+            } => delivery::result(ctx, &group_id, &delivery_id, state, reason)?,
             Command::Notify { group_id, by, data } => chat::notify(ctx, &group_id, &by, data)?,
-            Command::Reaction { group_id, by, event_id, emoji } => chat::reaction(ctx, &group_id, &by, &event_id, &emoji)?,
-            Command::AppendExtension { group_id, by, kind, data } => chat::extension(ctx, &group_id, &by, &kind, data)?,
+            Command::Reaction {
+                group_id,
+                by,
+                event_id,
+                emoji,
+            } => chat::reaction(ctx, &group_id, &by, &event_id, &emoji)?,
+            Command::AppendExtension {
+                group_id,
+                by,
+                kind,
+                data,
+            } => chat::extension(ctx, &group_id, &by, &kind, data)?,
             Command::Import { group_id, events } => import::import(ctx, &group_id, events)?,
         }
         Ok(())

@@ -31,7 +31,10 @@ impl Args {
 
     /// The principal hint (`by`), defaulting to `user` (local trust; see docs/SECURITY.md).
     pub fn by(&self) -> Result<String, CoreError> {
-        Ok(self.opt_str("by")?.filter(|s| !s.is_empty()).unwrap_or_else(|| "user".into()))
+        Ok(self
+            .opt_str("by")?
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| "user".into()))
     }
 
     /// A list of strings.
@@ -40,10 +43,17 @@ impl Args {
             None | Some(Value::Null) => Ok(None),
             Some(Value::Array(a)) => a
                 .iter()
-                .map(|x| x.as_str().map(str::to_string).ok_or_else(|| CoreError::invalid(format!("{k} must be a list of strings")).with("field", k)))
+                .map(|x| {
+                    x.as_str().map(str::to_string).ok_or_else(|| {
+                        CoreError::invalid(format!("{k} must be a list of strings"))
+                            .with("field", k)
+                    })
+                })
                 .collect::<Result<Vec<_>, _>>()
                 .map(Some),
-            Some(_) => Err(CoreError::invalid(format!("{k} must be a list of strings")).with("field", k)),
+            Some(_) => {
+                Err(CoreError::invalid(format!("{k} must be a list of strings")).with("field", k))
+            }
         }
     }
 
@@ -69,7 +79,9 @@ impl Args {
     pub fn uint(&self, k: &str, default: u64) -> Result<u64, CoreError> {
         match self.0.get(k) {
             None | Some(Value::Null) => Ok(default),
-            Some(v) => v.as_u64().ok_or_else(|| CoreError::invalid(format!("{k} must be a non-negative integer")).with("field", k)),
+            Some(v) => v.as_u64().ok_or_else(|| {
+                CoreError::invalid(format!("{k} must be a non-negative integer")).with("field", k)
+            }),
         }
     }
 
@@ -86,7 +98,9 @@ impl Args {
     pub fn limit(&self, default: u64, max: u64) -> Result<usize, CoreError> {
         let n = self.uint("limit", default)?;
         if n == 0 || n > max {
-            return Err(CoreError::invalid(format!("limit must be 1..={max}")).with("field", "limit"));
+            return Err(
+                CoreError::invalid(format!("limit must be 1..={max}")).with("field", "limit")
+            );
         }
         Ok(n as usize)
     }

@@ -11,19 +11,54 @@ use std::sync::Arc;
 
 use convene_core::{Command, CoreError, ErrorCode, Event};
 use serde_json::{json, Map, Value};
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
+use tokio::io::{
+    AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, BufWriter,
+};
 
 use crate::Daemon;
 use args::Args;
 
 /// Every op this face serves (advertised in `ping.capabilities`).
 pub const OPS: &[&str] = &[
-    "ping", "version", "shutdown", "groups", "group_create", "group_show", "group_update", "group_delete",
-    "group_settings_update", "group_start", "group_stop", "group_set_state", "attach", "group_detach_scope",
-    "actor_add", "actor_update", "actor_remove", "actor_list", "send", "reply", "reply_request_cancel",
-    "message_deliver", "inbox_peek", "inbox_read", "message_history", "system_notify", "send_cross_group",
-    "source_resolve", "reaction", "append_event", "blob_put", "blob_get", "ledger_tail", "ledger_search",
-    "ledger_window", "ledger_statuses", "ledger_import", "events_stream", "runtime_attach",
+    "ping",
+    "version",
+    "shutdown",
+    "groups",
+    "group_create",
+    "group_show",
+    "group_update",
+    "group_delete",
+    "group_settings_update",
+    "group_start",
+    "group_stop",
+    "group_set_state",
+    "attach",
+    "group_detach_scope",
+    "actor_add",
+    "actor_update",
+    "actor_remove",
+    "actor_list",
+    "send",
+    "reply",
+    "reply_request_cancel",
+    "message_deliver",
+    "inbox_peek",
+    "inbox_read",
+    "message_history",
+    "system_notify",
+    "send_cross_group",
+    "source_resolve",
+    "reaction",
+    "append_event",
+    "blob_put",
+    "blob_get",
+    "ledger_tail",
+    "ledger_search",
+    "ledger_window",
+    "ledger_statuses",
+    "ledger_import",
+    "events_stream",
+    "runtime_attach",
 ];
 
 /// Who is on the other end of a connection.
@@ -54,14 +89,24 @@ enum Frame {
 }
 
 /// Reads one `\n`-terminated frame into `buf`, refusing (and skipping) frames over `max`.
-async fn read_frame<R: AsyncBufRead + Unpin>(r: &mut R, buf: &mut Vec<u8>, max: usize) -> std::io::Result<Frame> {
+async fn read_frame<R: AsyncBufRead + Unpin>(
+    r: &mut R,
+    buf: &mut Vec<u8>,
+    max: usize,
+) -> std::io::Result<Frame> {
     buf.clear();
     let mut over = false;
     loop {
         let avail = r.fill_buf().await?;
         if avail.is_empty() {
             // A client that half-closes after its last request still gets its answer.
-            return Ok(if over { Frame::TooLarge } else if buf.is_empty() { Frame::Eof } else { Frame::Line });
+            return Ok(if over {
+                Frame::TooLarge
+            } else if buf.is_empty() {
+                Frame::Eof
+            } else {
+                Frame::Line
+            });
         }
         if let Some(i) = avail.iter().position(|b| *b == b'\n') {
             if !over && buf.len() + i <= max {
@@ -102,7 +147,10 @@ where
             Frame::TooLarge => convene_ipc::err_line(
                 ErrorCode::LimitExceeded.as_str(),
                 &format!("request exceeds {} bytes", d.max_request_bytes),
-                json!({"limit": d.max_request_bytes, "reason": "request_too_large"}).as_object().cloned().unwrap_or_default(),
+                json!({"limit": d.max_request_bytes, "reason": "request_too_large"})
+                    .as_object()
+                    .cloned()
+                    .unwrap_or_default(),
             ),
             Frame::Line if buf.iter().all(u8::is_ascii_whitespace) => continue,
             Frame::Line => match convene_ipc::parse_request(&buf) {
@@ -115,7 +163,10 @@ where
                 }
                 Ok(mut req) => {
                     if trust == Trust::Remote {
-                        let key = req.args.remove("api_key").and_then(|v| v.as_str().map(str::to_string));
+                        let key = req
+                            .args
+                            .remove("api_key")
+                            .and_then(|v| v.as_str().map(str::to_string));
                         if key.as_deref() != Some(d.api_key.as_str()) {
                             let e = CoreError::denied("this endpoint requires args.api_key");
                             let _ = w.write_all(&error_line(&e)).await;
@@ -130,7 +181,8 @@ where
                             return;
                         }
                         "runtime_attach" => {
-                            let _ = stream::runtime_attach(&d, Args(req.args), &mut r, &mut w).await;
+                            let _ =
+                                stream::runtime_attach(&d, Args(req.args), &mut r, &mut w).await;
                             let _ = w.flush().await;
                             return;
                         }
@@ -197,9 +249,19 @@ async fn dispatch(d: &Daemon, op: &str, a: Args) -> Result<Value, CoreError> {
             let gid = a.req("group_id")?;
             let events = a.obj_list("events")?;
             let n = events.len();
-            let c = d.ledger.execute(Command::Import { group_id: gid.clone(), events }).await?;
-            Ok(json!({"group_id": gid, "received": n, "imported": c.events.len(), "skipped": n - c.events.len()}))
+            let c = d
+                .ledger
+                .execute(Command::Import {
+                    group_id: gid.clone(),
+                    events,
+                })
+                .await?;
+            Ok(
+                json!({"group_id": gid, "received": n, "imported": c.events.len(), "skipped": n - c.events.len()}),
+            )
         }
-        _ => Err(CoreError::new(ErrorCode::UnknownOp, format!("unknown operation: {op}")).with("op", op)),
+        _ => Err(
+            CoreError::new(ErrorCode::UnknownOp, format!("unknown operation: {op}")).with("op", op),
+        ),
     }
 }

@@ -43,7 +43,10 @@ fn send_args(d: &Daemon, a: &Args, group_id: String) -> Result<SendArgs, CoreErr
 
 fn sent(c: &crate::ledger::Committed) -> Value {
     let e = c.primary();
-    let mode = e.and_then(|e| e.data_str("message_mode")).unwrap_or("send").to_string();
+    let mode = e
+        .and_then(|e| e.data_str("message_mode"))
+        .unwrap_or("send")
+        .to_string();
     let mut v = json!({"event": e.map(ev_value), "message_mode": mode});
     if c.existing.is_some() {
         v["duplicate"] = json!(true);
@@ -63,10 +66,18 @@ pub(super) async fn reply(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
     let mut args = send_args(d, a, gid.clone())?;
     args.message_mode = Some(args.message_mode.unwrap_or_else(|| "send".into()));
     if args.quote_text.is_none() {
-        args.quote_text = d.ledger.readers().event(&gid, &reply_to).ok().flatten().and_then(|r| {
-            let v: Value = serde_json::from_str(&r.json).ok()?;
-            v["data"]["text"].as_str().map(|t| t.chars().take(200).collect())
-        });
+        args.quote_text = d
+            .ledger
+            .readers()
+            .event(&gid, &reply_to)
+            .ok()
+            .flatten()
+            .and_then(|r| {
+                let v: Value = serde_json::from_str(&r.json).ok()?;
+                v["data"]["text"]
+                    .as_str()
+                    .map(|t| t.chars().take(200).collect())
+            });
     }
     args.reply_to = Some(reply_to);
     Ok(sent(&d.ledger.execute(Command::Send(args)).await?))
@@ -75,9 +86,23 @@ pub(super) async fn reply(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
 pub(super) async fn cancel(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
     let gid = a.req("group_id")?;
     let source = a.req("source_event_id")?;
-    let c = d.ledger.execute(Command::CancelReplyRequest { group_id: gid.clone(), by: a.by()?, source_event_id: source.clone() }).await?;
-    let obligations = d.ledger.readers().obligations(&gid, &source).map_err(CoreError::from)?;
-    let status: Map<String, Value> = obligations.iter().map(|o| (o.actor_id.clone(), json!(o.status.as_str()))).collect();
+    let c = d
+        .ledger
+        .execute(Command::CancelReplyRequest {
+            group_id: gid.clone(),
+            by: a.by()?,
+            source_event_id: source.clone(),
+        })
+        .await?;
+    let obligations = d
+        .ledger
+        .readers()
+        .obligations(&gid, &source)
+        .map_err(CoreError::from)?;
+    let status: Map<String, Value> = obligations
+        .iter()
+        .map(|o| (o.actor_id.clone(), json!(o.status.as_str())))
+        .collect();
     Ok(json!({"event": c.primary().map(ev_value), "obligations": status}))
 }
 
@@ -86,48 +111,90 @@ pub(super) async fn deliver(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
     let source = a.req("source_event_id")?;
     let actors = a.str_list("actor_ids")?.unwrap_or_default();
     if actors.is_empty() || actors.iter().any(|x| x.trim().is_empty()) {
-        return Err(CoreError::invalid("actor_ids must list one or more actors").with("field", "actor_ids"));
+        return Err(
+            CoreError::invalid("actor_ids must list one or more actors").with("field", "actor_ids")
+        );
     }
     let by = a.by()?;
     let force = a.bool("force_ambiguous", false)?;
-    let raw = d.ledger.readers().event(&gid, &source).map_err(CoreError::from)?;
+    let raw = d
+        .ledger
+        .readers()
+        .event(&gid, &source)
+        .map_err(CoreError::from)?;
     if d.ledger.engine().group(&gid).is_none() {
         return Err(CoreError::no_group(&gid));
     }
     let raw = raw.ok_or_else(|| CoreError::no_event(&source))?;
-    let ev: convene_core::Event = serde_json::from_str(&raw.json).map_err(|e| CoreError::storage(e.to_string()))?;
+    let ev: convene_core::Event =
+        serde_json::from_str(&raw.json).map_err(|e| CoreError::storage(e.to_string()))?;
     if ev.kind != "chat.message" {
-        return Err(CoreError::invalid("only chat.message events can be delivered").with("field", "source_event_id"));
+        return Err(
+            CoreError::invalid("only chat.message events can be delivered")
+                .with("field", "source_event_id"),
+        );
     }
     if by != ev.by && by != "user" {
-        return Err(CoreError::denied("only the source sender or the user may request delivery").with("by", by.as_str()));
+        return Err(
+            CoreError::denied("only the source sender or the user may request delivery")
+                .with("by", by.as_str()),
+        );
     }
     {
         let eng = d.ledger.engine();
         let g = eng.group(&gid).ok_or_else(|| CoreError::no_group(&gid))?;
-        let to: Vec<String> = ev.data.get("to").and_then(Value::as_array).map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect()).unwrap_or_default();
+        let to: Vec<String> = ev
+            .data
+            .get("to")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|x| x.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
         for actor in &actors {
             if g.actor(actor).is_none() {
                 return Err(CoreError::no_actor(actor));
             }
             if !convene_core::routing::addresses(g, &to, actor) {
-                return Err(CoreError::invalid(format!("{source} is not addressed to {actor}")).with("reason", "event_not_for_actor").with("actor_id", actor.as_str()));
+                return Err(
+                    CoreError::invalid(format!("{source} is not addressed to {actor}"))
+                        .with("reason", "event_not_for_actor")
+                        .with("actor_id", actor.as_str()),
+                );
             }
         }
     }
     let mut deliveries = Vec::new();
     for actor in &actors {
-        let did = d.runtime.deliver(&gid, actor, &source, ClaimKind::Manual { force_ambiguous: force }).await?;
+        let did = d
+            .runtime
+            .deliver(
+                &gid,
+                actor,
+                &source,
+                ClaimKind::Manual {
+                    force_ambiguous: force,
+                },
+            )
+            .await?;
         deliveries.push(json!({"actor_id": actor, "delivery_id": did}));
     }
-    Ok(json!({"actor_ids": actors, "delivery_state": "claimed", "deliveries": deliveries, "event": raw_value(&raw.json)}))
+    Ok(
+        json!({"actor_ids": actors, "delivery_state": "claimed", "deliveries": deliveries, "event": raw_value(&raw.json)}),
+    )
 }
 
 fn cursor_value(d: &Daemon, gid: &str, seq: u64) -> Result<Value, CoreError> {
     if seq == 0 {
         return Ok(json!({"event_id": null, "ts": null, "seq": 0}));
     }
-    let e = d.ledger.readers().events_after(gid, seq - 1, 1, &[]).map_err(CoreError::from)?;
+    let e = d
+        .ledger
+        .readers()
+        .events_after(gid, seq - 1, 1, &[])
+        .map_err(CoreError::from)?;
     Ok(match e.first() {
         Some(r) => json!({"event_id": r.id, "ts": r.ts, "seq": r.seq}),
         None => json!({"event_id": null, "ts": null, "seq": seq}),
@@ -151,22 +218,42 @@ fn inbox_common(d: &Daemon, a: &Args) -> Result<(String, String, usize), CoreErr
 
 pub(super) fn inbox_peek(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
     let (gid, actor, limit) = inbox_common(d, a)?;
-    let (items, cursor) = d.ledger.readers().inbox(&gid, &actor, limit).map_err(CoreError::from)?;
-    Ok(json!({"cursor": cursor_value(d, &gid, cursor)?, "messages": items.iter().map(|r| raw_value(&r.json)).collect::<Vec<_>>()}))
+    let (items, cursor) = d
+        .ledger
+        .readers()
+        .inbox(&gid, &actor, limit)
+        .map_err(CoreError::from)?;
+    Ok(
+        json!({"cursor": cursor_value(d, &gid, cursor)?, "messages": items.iter().map(|r| raw_value(&r.json)).collect::<Vec<_>>()}),
+    )
 }
 
 pub(super) async fn inbox_read(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
     let (gid, actor, limit) = inbox_common(d, a)?;
     let by = a.by()?;
-    let (items, cursor) = d.ledger.readers().inbox(&gid, &actor, limit).map_err(CoreError::from)?;
+    let (items, cursor) = d
+        .ledger
+        .readers()
+        .inbox(&gid, &actor, limit)
+        .map_err(CoreError::from)?;
     let mut event = Value::Null;
     let mut cursor_seq = cursor;
     if let Some(last) = items.last() {
-        let c = d.ledger.execute(Command::MailRead { group_id: gid.clone(), by, actor_id: actor, event_id: last.id.clone() }).await?;
+        let c = d
+            .ledger
+            .execute(Command::MailRead {
+                group_id: gid.clone(),
+                by,
+                actor_id: actor,
+                event_id: last.id.clone(),
+            })
+            .await?;
         event = c.primary().map(ev_value).unwrap_or(Value::Null);
         cursor_seq = last.seq;
     }
-    Ok(json!({"cursor": cursor_value(d, &gid, cursor_seq)?, "event": event, "messages": items.iter().map(|r| raw_value(&r.json)).collect::<Vec<_>>()}))
+    Ok(
+        json!({"cursor": cursor_value(d, &gid, cursor_seq)?, "event": event, "messages": items.iter().map(|r| raw_value(&r.json)).collect::<Vec<_>>()}),
+    )
 }
 
 pub(super) fn history(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
@@ -174,20 +261,39 @@ pub(super) fn history(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
     let actor = a.req("actor_id")?;
     let mode = a.opt_str("mode")?.unwrap_or_else(|| "all".into());
     if !matches!(mode.as_str(), "all" | "send" | "request_reply" | "mail") {
-        return Err(CoreError::invalid("mode must be all, send, request_reply or mail").with("field", "mode"));
+        return Err(
+            CoreError::invalid("mode must be all, send, request_reply or mail")
+                .with("field", "mode"),
+        );
     }
     let query = a.str("query")?.to_lowercase();
     let limit = a.limit(50, 200)?;
-    let group = d.ledger.engine().group(&gid).cloned().ok_or_else(|| CoreError::no_group(&gid))?;
+    let group = d
+        .ledger
+        .engine()
+        .group(&gid)
+        .cloned()
+        .ok_or_else(|| CoreError::no_group(&gid))?;
     let mut before = match a.opt_str("before_event_id")?.filter(|s| !s.is_empty()) {
-        Some(id) => d.ledger.readers().event(&gid, &id).map_err(CoreError::from)?.ok_or_else(|| CoreError::no_event(&id))?.seq,
+        Some(id) => {
+            d.ledger
+                .readers()
+                .event(&gid, &id)
+                .map_err(CoreError::from)?
+                .ok_or_else(|| CoreError::no_event(&id))?
+                .seq
+        }
         None => 0,
     };
     let kinds = vec!["chat.message".to_string()];
     let mut out = Vec::new();
     let mut has_more = false;
     'scan: loop {
-        let page = d.ledger.readers().events_before(&gid, before, 500, &kinds).map_err(CoreError::from)?;
+        let page = d
+            .ledger
+            .readers()
+            .events_before(&gid, before, 500, &kinds)
+            .map_err(CoreError::from)?;
         if page.is_empty() {
             break;
         }
@@ -195,10 +301,23 @@ pub(super) fn history(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
         for r in page.iter().rev() {
             let v = raw_value(&r.json);
             let data = &v["data"];
-            let to: Vec<String> = data["to"].as_array().map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect()).unwrap_or_default();
-            let visible = r.by == actor || actor == "user" && to.iter().any(|t| t == "user") || convene_core::routing::addresses(&group, &to, &actor);
+            let to: Vec<String> = data["to"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|x| x.as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let visible = r.by == actor
+                || actor == "user" && to.iter().any(|t| t == "user")
+                || convene_core::routing::addresses(&group, &to, &actor);
             let m = data["message_mode"].as_str().unwrap_or("send");
-            let text_hit = query.is_empty() || data["text"].as_str().map(|t| t.to_lowercase().contains(&query)).unwrap_or(false);
+            let text_hit = query.is_empty()
+                || data["text"]
+                    .as_str()
+                    .map(|t| t.to_lowercase().contains(&query))
+                    .unwrap_or(false);
             if visible && (mode == "all" || mode == m) && text_hit {
                 if out.len() == limit {
                     has_more = true;
@@ -214,12 +333,28 @@ pub(super) fn history(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
 pub(super) async fn notify(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
     let gid = a.req("group_id")?;
     let mut data = Map::new();
-    for k in ["kind", "priority", "title", "message", "target_actor_id", "im_visibility", "context", "related_event_id"] {
+    for k in [
+        "kind",
+        "priority",
+        "title",
+        "message",
+        "target_actor_id",
+        "im_visibility",
+        "context",
+        "related_event_id",
+    ] {
         if let Some(v) = a.0.get(k).filter(|v| !v.is_null()) {
             data.insert(k.to_string(), v.clone());
         }
     }
-    let c = d.ledger.execute(Command::Notify { group_id: gid, by: a.by()?, data }).await?;
+    let c = d
+        .ledger
+        .execute(Command::Notify {
+            group_id: gid,
+            by: a.by()?,
+            data,
+        })
+        .await?;
     let e = c.primary().map(ev_value).unwrap_or(Value::Null);
     let im = convene_core::engine::im_eligible(&e["data"]);
     Ok(json!({"event": e, "im_eligible": im}))
@@ -239,35 +374,79 @@ pub(super) async fn cross_group(d: &Daemon, a: &Args) -> Result<Value, CoreError
         record: a.bool("record", true)?,
     };
     let c = d.ledger.execute(Command::Relay(relay)).await?;
-    let dst_ev = c.events.iter().map(|(e, _)| e).find(|e| e.group_id == dst).map(ev_value).unwrap_or(Value::Null);
-    let src_ev = c.events.iter().map(|(e, _)| e).find(|e| e.group_id == src).map(ev_value).unwrap_or(Value::Null);
-    Ok(json!({"dst_event": dst_ev, "event": dst_ev, "source_event": src_ev, "src_event": src_ev, "transport": "local"}))
+    let dst_ev = c
+        .events
+        .iter()
+        .map(|(e, _)| e)
+        .find(|e| e.group_id == dst)
+        .map(ev_value)
+        .unwrap_or(Value::Null);
+    let src_ev = c
+        .events
+        .iter()
+        .map(|(e, _)| e)
+        .find(|e| e.group_id == src)
+        .map(ev_value)
+        .unwrap_or(Value::Null);
+    Ok(
+        json!({"dst_event": dst_ev, "event": dst_ev, "source_event": src_ev, "src_event": src_ev, "transport": "local"}),
+    )
 }
 
 /// Resolves a relayed message's provenance: the source event, or a clear "source unavailable".
 pub(super) fn source_of(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
     let gid = a.req("group_id")?;
     let eid = a.req("event_id")?;
-    let raw = d.ledger.readers().event(&gid, &eid).map_err(CoreError::from)?.ok_or_else(|| CoreError::no_event(&eid))?;
+    let raw = d
+        .ledger
+        .readers()
+        .event(&gid, &eid)
+        .map_err(CoreError::from)?
+        .ok_or_else(|| CoreError::no_event(&eid))?;
     let v = raw_value(&raw.json);
-    let (Some(sg), Some(se)) = (v["data"]["src_group_id"].as_str(), v["data"]["src_event_id"].as_str()) else {
-        return Err(CoreError::invalid("event has no cross-group provenance").with("field", "event_id"));
+    let (Some(sg), Some(se)) = (
+        v["data"]["src_group_id"].as_str(),
+        v["data"]["src_event_id"].as_str(),
+    ) else {
+        return Err(
+            CoreError::invalid("event has no cross-group provenance").with("field", "event_id")
+        );
     };
     match d.ledger.readers().event(sg, se).map_err(CoreError::from)? {
-        Some(src) => Ok(json!({"available": true, "src_group_id": sg, "src_event_id": se, "event": raw_value(&src.json)})),
-        None => Ok(json!({"available": false, "src_group_id": sg, "src_event_id": se, "state": "source_unavailable",
-            "message": "source unavailable: the source group or event no longer exists or is not visible"})),
+        Some(src) => Ok(
+            json!({"available": true, "src_group_id": sg, "src_event_id": se, "event": raw_value(&src.json)}),
+        ),
+        None => Ok(
+            json!({"available": false, "src_group_id": sg, "src_event_id": se, "state": "source_unavailable",
+            "message": "source unavailable: the source group or event no longer exists or is not visible"}),
+        ),
     }
 }
 
 pub(super) async fn reaction(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
-    let c = d.ledger.execute(Command::Reaction { group_id: a.req("group_id")?, by: a.by()?, event_id: a.req("event_id")?, emoji: a.req("emoji")? }).await?;
+    let c = d
+        .ledger
+        .execute(Command::Reaction {
+            group_id: a.req("group_id")?,
+            by: a.by()?,
+            event_id: a.req("event_id")?,
+            emoji: a.req("emoji")?,
+        })
+        .await?;
     Ok(json!({"event": c.primary().map(ev_value)}))
 }
 
 pub(super) async fn append(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
     let data = a.0.get("data").cloned().unwrap_or_else(|| json!({}));
-    let c = d.ledger.execute(Command::AppendExtension { group_id: a.req("group_id")?, by: a.by()?, kind: a.req("kind")?, data }).await?;
+    let c = d
+        .ledger
+        .execute(Command::AppendExtension {
+            group_id: a.req("group_id")?,
+            by: a.by()?,
+            kind: a.req("kind")?,
+            data,
+        })
+        .await?;
     Ok(json!({"event": c.primary().map(ev_value)}))
 }
 
@@ -276,7 +455,11 @@ pub(super) fn blob_put(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
     if d.ledger.engine().group(&gid).is_none() {
         return Err(CoreError::no_group(&gid));
     }
-    d.blobs.put_b64(&a.req("content_b64")?, &a.str("name")?, &a.str("mime_type")?)
+    d.blobs.put_b64(
+        &a.req("content_b64")?,
+        &a.str("name")?,
+        &a.str("mime_type")?,
+    )
 }
 
 pub(super) fn blob_get(d: &Daemon, a: &Args) -> Result<Value, CoreError> {

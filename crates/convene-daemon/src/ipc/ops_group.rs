@@ -28,7 +28,9 @@ fn group_summary(g: &Group) -> Value {
 
 fn show(d: &Daemon, gid: &str) -> Result<Value, CoreError> {
     let eng = d.ledger.engine();
-    eng.group(gid).map(group_value).ok_or_else(|| CoreError::no_group(gid))
+    eng.group(gid)
+        .map(group_value)
+        .ok_or_else(|| CoreError::no_group(gid))
 }
 
 fn first(c: &crate::ledger::Committed) -> Value {
@@ -68,8 +70,18 @@ pub(super) fn groups(d: &Daemon) -> Value {
 }
 
 pub(super) async fn group_create(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
-    let title = a.opt_str("title")?.filter(|t| !t.is_empty()).unwrap_or_else(|| "working-group".into());
-    let c = d.ledger.execute(Command::GroupCreate { by: a.by()?, title, topic: a.str("topic")? }).await?;
+    let title = a
+        .opt_str("title")?
+        .filter(|t| !t.is_empty())
+        .unwrap_or_else(|| "working-group".into());
+    let c = d
+        .ledger
+        .execute(Command::GroupCreate {
+            by: a.by()?,
+            title,
+            topic: a.str("topic")?,
+        })
+        .await?;
     let gid = c.primary().map(|e| e.group_id.clone()).unwrap_or_default();
     Ok(json!({"group_id": gid, "group": show(d, &gid)?, "event": first(&c)}))
 }
@@ -81,30 +93,67 @@ pub(super) fn group_show(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
 
 pub(super) async fn group_update(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
     let gid = a.req("group_id")?;
-    let c = d.ledger.execute(Command::GroupUpdate { group_id: gid.clone(), by: a.by()?, patch: a.obj("patch")? }).await?;
+    let c = d
+        .ledger
+        .execute(Command::GroupUpdate {
+            group_id: gid.clone(),
+            by: a.by()?,
+            patch: a.obj("patch")?,
+        })
+        .await?;
     Ok(json!({"group_id": gid, "event": first(&c), "group": show(d, &gid)?}))
 }
 
 pub(super) async fn group_settings_update(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
     let gid = a.req("group_id")?;
-    let c = d.ledger.execute(Command::GroupSettingsUpdate { group_id: gid.clone(), by: a.by()?, patch: a.obj("patch")? }).await?;
-    let settings = d.ledger.engine().group(&gid).map(|g| serde_json::to_value(&g.settings).unwrap_or(Value::Null)).unwrap_or(Value::Null);
+    let c = d
+        .ledger
+        .execute(Command::GroupSettingsUpdate {
+            group_id: gid.clone(),
+            by: a.by()?,
+            patch: a.obj("patch")?,
+        })
+        .await?;
+    let settings = d
+        .ledger
+        .engine()
+        .group(&gid)
+        .map(|g| serde_json::to_value(&g.settings).unwrap_or(Value::Null))
+        .unwrap_or(Value::Null);
     Ok(json!({"group_id": gid, "event": first(&c), "settings": settings}))
 }
 
-pub(super) async fn group_set_state(d: &Daemon, a: &Args, state: Option<&str>) -> Result<Value, CoreError> {
+pub(super) async fn group_set_state(
+    d: &Daemon,
+    a: &Args,
+    state: Option<&str>,
+) -> Result<Value, CoreError> {
     let gid = a.req("group_id")?;
     let state = match state {
         Some(s) => s.to_string(),
         None => a.req("state")?,
     };
-    let c = d.ledger.execute(Command::GroupSetState { group_id: gid.clone(), by: a.by()?, state: state.clone() }).await?;
-    Ok(json!({"group_id": gid, "event": first(&c), "running": state != "stopped", "group": show(d, &gid)?}))
+    let c = d
+        .ledger
+        .execute(Command::GroupSetState {
+            group_id: gid.clone(),
+            by: a.by()?,
+            state: state.clone(),
+        })
+        .await?;
+    Ok(
+        json!({"group_id": gid, "event": first(&c), "running": state != "stopped", "group": show(d, &gid)?}),
+    )
 }
 
 pub(super) async fn group_delete(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
     let gid = a.req("group_id")?;
-    d.ledger.execute(Command::GroupDelete { group_id: gid.clone(), by: a.by()? }).await?;
+    d.ledger
+        .execute(Command::GroupDelete {
+            group_id: gid.clone(),
+            by: a.by()?,
+        })
+        .await?;
     Ok(json!({"deleted": true, "group_id": gid}))
 }
 
@@ -114,27 +163,61 @@ pub(super) async fn attach(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
         path
     } else {
         let p = std::path::Path::new(&path);
-        let abs = p.canonicalize().map_err(|e| CoreError::invalid(format!("path {path}: {e}")).with("field", "path"))?;
+        let abs = p
+            .canonicalize()
+            .map_err(|e| CoreError::invalid(format!("path {path}: {e}")).with("field", "path"))?;
         abs.to_string_lossy().into_owned()
     };
-    let c = d.ledger.execute(Command::Attach { group_id: a.str("group_id")?, by: a.by()?, url }).await?;
-    let e: Option<&Event> = c.events.iter().map(|(e, _)| e).find(|e| e.kind == "group.attach");
+    let c = d
+        .ledger
+        .execute(Command::Attach {
+            group_id: a.str("group_id")?,
+            by: a.by()?,
+            url,
+        })
+        .await?;
+    let e: Option<&Event> = c
+        .events
+        .iter()
+        .map(|(e, _)| e)
+        .find(|e| e.kind == "group.attach");
     let gid = c.primary().map(|e| e.group_id.clone()).unwrap_or_default();
-    let title = d.ledger.engine().group(&gid).map(|g| g.title.clone()).unwrap_or_default();
-    Ok(json!({"group_id": gid, "scope_key": e.map(|e| e.scope_key.clone()).unwrap_or_default(), "title": title, "event": e.map(ev_value)}))
+    let title = d
+        .ledger
+        .engine()
+        .group(&gid)
+        .map(|g| g.title.clone())
+        .unwrap_or_default();
+    Ok(
+        json!({"group_id": gid, "scope_key": e.map(|e| e.scope_key.clone()).unwrap_or_default(), "title": title, "event": e.map(ev_value)}),
+    )
 }
 
 pub(super) async fn detach_scope(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
     let gid = a.req("group_id")?;
-    let c = d.ledger.execute(Command::DetachScope { group_id: gid.clone(), by: a.by()?, scope_key: a.req("scope_key")? }).await?;
+    let c = d
+        .ledger
+        .execute(Command::DetachScope {
+            group_id: gid.clone(),
+            by: a.by()?,
+            scope_key: a.req("scope_key")?,
+        })
+        .await?;
     Ok(json!({"group_id": gid, "event": first(&c)}))
 }
 
 fn actor_value(d: &Daemon, gid: &str, id: &str) -> Value {
     let eng = d.ledger.engine();
-    let mut v = eng.group(gid).and_then(|g| g.actor(id)).map(|a| serde_json::to_value(a).unwrap_or(Value::Null)).unwrap_or(Value::Null);
+    let mut v = eng
+        .group(gid)
+        .and_then(|g| g.actor(id))
+        .map(|a| serde_json::to_value(a).unwrap_or(Value::Null))
+        .unwrap_or(Value::Null);
     if let Value::Object(m) = &mut v {
-        m.insert("attached".into(), json!(d.runtime.sessions.is_attached(gid, id)));
+        m.insert(
+            "attached".into(),
+            json!(d.runtime.sessions.is_attached(gid, id)),
+        );
         if let Ok(n) = d.ledger.readers().unread(gid, id) {
             m.insert("unread_mail".into(), json!(n));
         }
@@ -147,22 +230,48 @@ pub(super) async fn actor_add(d: &Daemon, a: &Args) -> Result<Value, CoreError> 
     let mut spec = a.0.clone();
     spec.remove("group_id");
     spec.remove("by");
-    let c = d.ledger.execute(Command::ActorAdd { group_id: gid.clone(), by: a.by()?, spec }).await?;
-    let id = c.primary().and_then(|e| e.data_str("actor_id")).unwrap_or_default().to_string();
+    let c = d
+        .ledger
+        .execute(Command::ActorAdd {
+            group_id: gid.clone(),
+            by: a.by()?,
+            spec,
+        })
+        .await?;
+    let id = c
+        .primary()
+        .and_then(|e| e.data_str("actor_id"))
+        .unwrap_or_default()
+        .to_string();
     Ok(json!({"actor": actor_value(d, &gid, &id), "event": first(&c)}))
 }
 
 pub(super) async fn actor_update(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
     let gid = a.req("group_id")?;
     let id = a.req("actor_id")?;
-    let c = d.ledger.execute(Command::ActorUpdate { group_id: gid.clone(), by: a.by()?, actor_id: id.clone(), patch: a.obj("patch")? }).await?;
+    let c = d
+        .ledger
+        .execute(Command::ActorUpdate {
+            group_id: gid.clone(),
+            by: a.by()?,
+            actor_id: id.clone(),
+            patch: a.obj("patch")?,
+        })
+        .await?;
     Ok(json!({"actor": actor_value(d, &gid, &id), "event": first(&c)}))
 }
 
 pub(super) async fn actor_remove(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
     let gid = a.req("group_id")?;
     let id = a.req("actor_id")?;
-    let c = d.ledger.execute(Command::ActorRemove { group_id: gid, by: a.by()?, actor_id: id.clone() }).await?;
+    let c = d
+        .ledger
+        .execute(Command::ActorRemove {
+            group_id: gid,
+            by: a.by()?,
+            actor_id: id.clone(),
+        })
+        .await?;
     Ok(json!({"actor_id": id, "event": first(&c)}))
 }
 

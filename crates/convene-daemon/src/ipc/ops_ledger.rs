@@ -11,7 +11,11 @@ use crate::Daemon;
 const MAX_PAGE: u64 = 1000;
 
 fn group_exists(d: &Daemon, gid: &str) -> Result<(), CoreError> {
-    d.ledger.engine().group(gid).map(|_| ()).ok_or_else(|| CoreError::no_group(gid))
+    d.ledger
+        .engine()
+        .group(gid)
+        .map(|_| ())
+        .ok_or_else(|| CoreError::no_group(gid))
 }
 
 /// `kind` category (CCCC: all | chat | notify) or an explicit `kinds` list.
@@ -37,16 +41,28 @@ pub(super) fn tail(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
     let limit = a.limit(50, MAX_PAGE)?;
     let k = kinds(a)?;
     let r = d.ledger.readers();
-    let evs = r.events_before(&gid, 0, limit, &k).map_err(CoreError::from)?;
+    let evs = r
+        .events_before(&gid, 0, limit, &k)
+        .map_err(CoreError::from)?;
     let has_more = match evs.first() {
-        Some(f) => !r.events_before(&gid, f.seq, 1, &k).map_err(CoreError::from)?.is_empty(),
+        Some(f) => !r
+            .events_before(&gid, f.seq, 1, &k)
+            .map_err(CoreError::from)?
+            .is_empty(),
         None => false,
     };
-    Ok(json!({"count": evs.len(), "events": values(&evs), "has_more": has_more, "head_seq": r.head_seq(&gid).map_err(CoreError::from)?}))
+    Ok(
+        json!({"count": evs.len(), "events": values(&evs), "has_more": has_more, "head_seq": r.head_seq(&gid).map_err(CoreError::from)?}),
+    )
 }
 
 fn seq_of(d: &Daemon, gid: &str, id: &str) -> Result<u64, CoreError> {
-    Ok(d.ledger.readers().event(gid, id).map_err(CoreError::from)?.ok_or_else(|| CoreError::no_event(id))?.seq)
+    Ok(d.ledger
+        .readers()
+        .event(gid, id)
+        .map_err(CoreError::from)?
+        .ok_or_else(|| CoreError::no_event(id))?
+        .seq)
 }
 
 pub(super) fn search(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
@@ -61,16 +77,21 @@ pub(super) fn search(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
         senders.push(b);
     }
     let r = d.ledger.readers();
-    let keep = |e: &RawEvent| senders.is_empty() || senders.iter().any(|s| *s == e.by);
+    let keep = |e: &RawEvent| senders.is_empty() || senders.contains(&e.by);
     if let Some(after) = a.opt_str("after")?.filter(|s| !s.is_empty()) {
         let mut cur = seq_of(d, &gid, &after)?;
         let mut out = Vec::new();
         loop {
-            let page = r.events_after(&gid, cur, 500, &k).map_err(CoreError::from)?;
+            let page = r
+                .events_after(&gid, cur, 500, &k)
+                .map_err(CoreError::from)?;
             let Some(last) = page.last() else { break };
             cur = last.seq;
             for e in page {
-                let hit = q.as_ref().map(|q| e.json.to_lowercase().contains(&q.to_lowercase())).unwrap_or(true);
+                let hit = q
+                    .as_ref()
+                    .map(|q| e.json.to_lowercase().contains(&q.to_lowercase()))
+                    .unwrap_or(true);
                 if keep(&e) && hit {
                     out.push(e);
                 }
@@ -120,12 +141,22 @@ pub(super) fn window(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
     let nb = a.uint("before", 30)?.min(MAX_PAGE) as usize;
     let na = a.uint("after", 30)?.min(MAX_PAGE) as usize;
     let r = d.ledger.readers();
-    let c = r.event(&gid, &center).map_err(CoreError::from)?.ok_or_else(|| CoreError::no_event(&center))?;
+    let c = r
+        .event(&gid, &center)
+        .map_err(CoreError::from)?
+        .ok_or_else(|| CoreError::no_event(&center))?;
     if !k.is_empty() && !k.contains(&c.kind) {
-        return Err(CoreError::invalid("center event is not of the window's kind").with("reason", "invalid_center_kind"));
+        return Err(
+            CoreError::invalid("center event is not of the window's kind")
+                .with("reason", "invalid_center_kind"),
+        );
     }
-    let before = r.events_before(&gid, c.seq, nb + 1, &k).map_err(CoreError::from)?;
-    let after = r.events_after(&gid, c.seq, na + 1, &k).map_err(CoreError::from)?;
+    let before = r
+        .events_before(&gid, c.seq, nb + 1, &k)
+        .map_err(CoreError::from)?;
+    let after = r
+        .events_after(&gid, c.seq, na + 1, &k)
+        .map_err(CoreError::from)?;
     let hb = before.len() > nb;
     let ha = after.len() > na;
     let before = &before[before.len().saturating_sub(nb)..];
@@ -134,29 +165,53 @@ pub(super) fn window(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
     let center_index = evs.len();
     evs.push(raw_value(&c.json));
     evs.extend(values(after));
-    Ok(json!({"center_id": center, "center_index": center_index, "count": evs.len(), "events": evs, "has_more_before": hb, "has_more_after": ha}))
+    Ok(
+        json!({"center_id": center, "center_index": center_index, "count": evs.len(), "events": evs, "has_more_before": hb, "has_more_after": ha}),
+    )
 }
 
 pub(super) fn statuses(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
     let gid = a.req("group_id")?;
-    let group = d.ledger.engine().group(&gid).cloned().ok_or_else(|| CoreError::no_group(&gid))?;
+    let group = d
+        .ledger
+        .engine()
+        .group(&gid)
+        .cloned()
+        .ok_or_else(|| CoreError::no_group(&gid))?;
     let ids = a.str_list("event_ids")?.unwrap_or_default();
     if ids.len() > MAX_PAGE as usize {
-        return Err(CoreError::invalid(format!("at most {MAX_PAGE} event_ids")).with("field", "event_ids"));
+        return Err(
+            CoreError::invalid(format!("at most {MAX_PAGE} event_ids")).with("field", "event_ids")
+        );
     }
     let r = d.ledger.readers();
     let mut out = Map::new();
     for id in ids {
-        let Some(raw) = r.event(&gid, &id).map_err(CoreError::from)? else { continue };
+        let Some(raw) = r.event(&gid, &id).map_err(CoreError::from)? else {
+            continue;
+        };
         if raw.kind != "chat.message" {
             continue;
         }
         let v = raw_value(&raw.json);
-        let to: Vec<String> = v["data"]["to"].as_array().map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect()).unwrap_or_default();
-        let mode = v["data"]["message_mode"].as_str().unwrap_or("send").to_string();
+        let to: Vec<String> = v["data"]["to"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|x| x.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mode = v["data"]["message_mode"]
+            .as_str()
+            .unwrap_or("send")
+            .to_string();
         let obligations = r.obligations(&gid, &id).map_err(CoreError::from)?;
         let deliveries = r.deliveries(&gid, &id).map_err(CoreError::from)?;
-        let mut recips: Vec<String> = convene_core::routing::expand(&group, &to).into_iter().filter(|x| *x != raw.by).collect();
+        let mut recips: Vec<String> = convene_core::routing::expand(&group, &to)
+            .into_iter()
+            .filter(|x| *x != raw.by)
+            .collect();
         for o in &obligations {
             if !recips.contains(&o.actor_id) {
                 recips.push(o.actor_id.clone());
@@ -166,17 +221,27 @@ pub(super) fn statuses(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
         let mut read = Map::new();
         for actor in &recips {
             let o = obligations.iter().find(|o| &o.actor_id == actor);
-            let dstate = deliveries.iter().find(|x| &x.actor_id == actor).map(|x| json!(x.state)).unwrap_or(Value::Null);
-            ob.insert(actor.clone(), json!({
-                "reply_requested": o.is_some(),
-                "replied": o.map(|o| o.status.as_str() == "replied").unwrap_or(false),
-                "cancelled": o.map(|o| o.status.as_str() == "cancelled").unwrap_or(false),
-                "status": o.map(|o| json!(o.status.as_str())).unwrap_or(Value::Null),
-                "closed_by": o.and_then(|o| o.closed_by.clone()),
-                "delivery_state": dstate,
-            }));
+            let dstate = deliveries
+                .iter()
+                .find(|x| &x.actor_id == actor)
+                .map(|x| json!(x.state))
+                .unwrap_or(Value::Null);
+            ob.insert(
+                actor.clone(),
+                json!({
+                    "reply_requested": o.is_some(),
+                    "replied": o.map(|o| o.status.as_str() == "replied").unwrap_or(false),
+                    "cancelled": o.map(|o| o.status.as_str() == "cancelled").unwrap_or(false),
+                    "status": o.map(|o| json!(o.status.as_str())).unwrap_or(Value::Null),
+                    "closed_by": o.and_then(|o| o.closed_by.clone()),
+                    "delivery_state": dstate,
+                }),
+            );
             if mode == "mail" && actor != "user" {
-                read.insert(actor.clone(), json!(r.mail_cursor(&gid, actor).map_err(CoreError::from)? >= raw.seq));
+                read.insert(
+                    actor.clone(),
+                    json!(r.mail_cursor(&gid, actor).map_err(CoreError::from)? >= raw.seq),
+                );
             }
         }
         let mut st = json!({"obligation_status": ob});

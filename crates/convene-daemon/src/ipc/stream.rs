@@ -27,37 +27,67 @@ fn plan(d: &Daemon, a: &Args) -> Result<Plan, CoreError> {
         return Err(CoreError::no_group(&gid));
     }
     let since = if let Some(s) = a.0.get("since_seq").filter(|v| !v.is_null()) {
-        Since::Seq(s.as_u64().ok_or_else(|| CoreError::invalid("since_seq must be a non-negative integer").with("field", "since_seq"))?)
+        Since::Seq(s.as_u64().ok_or_else(|| {
+            CoreError::invalid("since_seq must be a non-negative integer")
+                .with("field", "since_seq")
+        })?)
     } else if let Some(id) = a.opt_str("since_event_id")?.filter(|s| !s.is_empty()) {
         Since::EventId(id)
     } else if let Some(ts) = a.opt_str("since_ts")?.filter(|s| !s.is_empty()) {
-        let t = convene_core::event::parse_ts(&ts).ok_or_else(|| CoreError::invalid(format!("since_ts is not RFC 3339: {ts}")).with("field", "since_ts"))?;
+        let t = convene_core::event::parse_ts(&ts).ok_or_else(|| {
+            CoreError::invalid(format!("since_ts is not RFC 3339: {ts}")).with("field", "since_ts")
+        })?;
         // Events at or after since_ts are replayed: resolve to the last seq strictly before it.
         let t = t - time::Duration::microseconds(1);
         Since::Ts(convene_core::event::format_ts(t))
     } else {
         Since::Seq(d.ledger.hub().get(&gid).map(|f| f.head()).unwrap_or(0))
     };
-    let cursor = d.ledger.readers().resolve(&gid, &since).map_err(CoreError::from)?.ok_or_else(|| match &since {
-        Since::EventId(id) => CoreError::new(ErrorCode::EventNotFound, format!("since_event_id not in this group's ledger: {id}"))
+    let cursor = d
+        .ledger
+        .readers()
+        .resolve(&gid, &since)
+        .map_err(CoreError::from)?
+        .ok_or_else(|| match &since {
+            Since::EventId(id) => CoreError::new(
+                ErrorCode::EventNotFound,
+                format!("since_event_id not in this group's ledger: {id}"),
+            )
             .with("field", "since_event_id")
             .with("event_id", id.as_str()),
-        _ => CoreError::new(ErrorCode::InvalidCursor, "since_seq is beyond the ledger head").with("field", "since_seq"),
-    })?;
+            _ => CoreError::new(
+                ErrorCode::InvalidCursor,
+                "since_seq is beyond the ledger head",
+            )
+            .with("field", "since_seq"),
+        })?;
     let kinds = a.str_list("kinds")?.unwrap_or_default();
     if kinds.iter().any(|k| k.is_empty()) {
         return Err(CoreError::invalid("kinds must be non-empty strings").with("field", "kinds"));
     }
     let limit = match a.0.get("limit").filter(|v| !v.is_null()) {
-        Some(v) => Some(v.as_u64().filter(|n| *n > 0).ok_or_else(|| CoreError::invalid("limit must be a positive integer").with("field", "limit"))?),
+        Some(v) => Some(v.as_u64().filter(|n| *n > 0).ok_or_else(|| {
+            CoreError::invalid("limit must be a positive integer").with("field", "limit")
+        })?),
         None => None,
     };
-    Ok(Plan { group_id: gid, cursor, kinds, limit, follow: a.bool("follow", true)? })
+    Ok(Plan {
+        group_id: gid,
+        cursor,
+        kinds,
+        limit,
+        follow: a.bool("follow", true)?,
+    })
 }
 
 /// Serves `events_stream` on this connection until the client leaves, the limit is reached,
 /// replay ends without `follow`, the group is deleted, or the daemon shuts down.
-pub(super) async fn events_stream<R, W>(d: &Daemon, a: Args, reader: &mut R, w: &mut W) -> std::io::Result<()>
+pub(super) async fn events_stream<R, W>(
+    d: &Daemon,
+    a: Args,
+    reader: &mut R,
+    w: &mut W,
+) -> std::io::Result<()>
 where
     R: AsyncBufRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -69,7 +99,10 @@ where
     let feed = d.ledger.hub().feed(&p.group_id, p.cursor);
     let mut head_rx = feed.subscribe();
     let head = feed.head();
-    w.write_all(&convene_ipc::ok_line(serde_json::json!({"group_id": p.group_id, "since_seq": p.cursor, "head_seq": head}))).await?;
+    w.write_all(&convene_ipc::ok_line(
+        serde_json::json!({"group_id": p.group_id, "since_seq": p.cursor, "head_seq": head}),
+    ))
+    .await?;
     w.flush().await?;
     let mut cursor = p.cursor;
     let mut sent: u64 = 0;
@@ -94,10 +127,12 @@ where
                 None => {
                     let gid = p.group_id.clone();
                     let readers = d.ledger.readers().clone();
-                    let page = tokio::task::spawn_blocking(move || readers.events_after(&gid, cursor, PAGE, &[]))
-                        .await
-                        .map_err(std::io::Error::other)?
-                        .map_err(std::io::Error::other)?;
+                    let page = tokio::task::spawn_blocking(move || {
+                        readers.events_after(&gid, cursor, PAGE, &[])
+                    })
+                    .await
+                    .map_err(std::io::Error::other)?
+                    .map_err(std::io::Error::other)?;
                     if page.is_empty() {
                         break;
                     }
@@ -135,7 +170,7 @@ where
             }
             n = reader.fill_buf() => {
                 match n {
-                    Ok(b) if b.is_empty() => return Ok(()),
+                    Ok([]) => return Ok(()),
                     Ok(b) => { let l = b.len(); reader.consume(l); }
                     Err(e) => return Err(e),
                 }
@@ -147,7 +182,12 @@ where
 
 /// Attaches the caller as the actor's live session: deliveries arrive as
 /// `{"t":"delivery","delivery_id":…,"event":…}` lines.
-pub(super) async fn runtime_attach<R, W>(d: &Daemon, a: Args, reader: &mut R, w: &mut W) -> std::io::Result<()>
+pub(super) async fn runtime_attach<R, W>(
+    d: &Daemon,
+    a: Args,
+    reader: &mut R,
+    w: &mut W,
+) -> std::io::Result<()>
 where
     R: AsyncBufRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -155,12 +195,18 @@ where
     let check = (|| -> Result<(String, String), CoreError> {
         let gid = a.req("group_id")?;
         let actor = a.req("actor_id")?;
-        let by = a.opt_str("by")?.filter(|s| !s.is_empty()).unwrap_or_else(|| actor.clone());
+        let by = a
+            .opt_str("by")?
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| actor.clone());
         let eng = d.ledger.engine();
         let g = eng.group(&gid).ok_or_else(|| CoreError::no_group(&gid))?;
         g.actor(&actor).ok_or_else(|| CoreError::no_actor(&actor))?;
         if by != actor && by != "user" {
-            return Err(CoreError::denied("only the actor itself or the user may attach its session").with("by", by));
+            return Err(CoreError::denied(
+                "only the actor itself or the user may attach its session",
+            )
+            .with("by", by));
         }
         Ok((gid, actor))
     })();
@@ -169,7 +215,10 @@ where
         Err(e) => return w.write_all(&super::error_line(&e)).await,
     };
     let mut rx = d.runtime.sessions.attach(&gid, &actor);
-    w.write_all(&convene_ipc::ok_line(serde_json::json!({"group_id": gid, "actor_id": actor, "attached": true}))).await?;
+    w.write_all(&convene_ipc::ok_line(
+        serde_json::json!({"group_id": gid, "actor_id": actor, "attached": true}),
+    ))
+    .await?;
     w.flush().await?;
     let mut shutdown = d.shutdown_rx();
     let hb: Duration = d.heartbeat;
@@ -184,7 +233,7 @@ where
                 w.flush().await?;
             }
             n = reader.fill_buf() => match n {
-                Ok(b) if b.is_empty() => return Ok(()),
+                Ok([]) => return Ok(()),
                 Ok(b) => { let l = b.len(); reader.consume(l); }
                 Err(e) => return Err(e),
             },

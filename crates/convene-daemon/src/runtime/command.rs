@@ -1,6 +1,6 @@
 //! The `command` transport: runs the actor's configured command with the payload on stdin.
-//! Spawn failure or a refused stdin = failed (nothing handed off); exit 0 = accepted; any
-//! other ending after the payload was written = ambiguous (the process may have acted).
+//! Spawn failure = failed (nothing ran); exit 0 = accepted; any other ending of a process
+//! that ran = ambiguous (it may have acted on the payload).
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -10,7 +10,14 @@ use tokio::process::Command;
 
 use super::{payload, Handoff};
 
-pub(super) async fn run(argv: &[String], group_id: &str, actor_id: &str, delivery_id: &str, event_json: &str, timeout: Duration) -> Handoff {
+pub(super) async fn run(
+    argv: &[String],
+    group_id: &str,
+    actor_id: &str,
+    delivery_id: &str,
+    event_json: &str,
+    timeout: Duration,
+) -> Handoff {
     let Some((prog, args)) = argv.split_first() else {
         return Handoff::Failed("actor has no command".into());
     };
@@ -30,15 +37,16 @@ pub(super) async fn run(argv: &[String], group_id: &str, actor_id: &str, deliver
     };
     let body = payload(delivery_id, event_json);
     if let Some(mut stdin) = child.stdin.take() {
-        if let Err(e) = stdin.write_all(&body).await {
-            let _ = child.kill().await;
-            return Handoff::Failed(format!("stdin refused: {e}"));
-        }
+        // A command that exits without reading stdin closes the pipe (EPIPE); it still ran,
+        // so its exit status decides, not the write.
+        let _ = stdin.write_all(&body).await;
         drop(stdin);
     }
     match tokio::time::timeout(timeout, child.wait()).await {
         Ok(Ok(st)) if st.success() => Handoff::Accepted,
-        Ok(Ok(st)) => Handoff::Ambiguous(format!("command exited with {st} after reading the payload")),
+        Ok(Ok(st)) => Handoff::Ambiguous(format!(
+            "command exited with {st} after reading the payload"
+        )),
         Ok(Err(e)) => Handoff::Ambiguous(format!("wait failed: {e}")),
         Err(_) => {
             let _ = child.kill().await;

@@ -45,7 +45,11 @@ pub fn transport_for(runtime: &str) -> Option<&'static str> {
 impl Runtime {
     /// A runtime over the ledger.
     pub fn new(ledger: Ledger, command_timeout: std::time::Duration) -> Self {
-        Self { ledger, sessions: Arc::new(Sessions::default()), command_timeout }
+        Self {
+            ledger,
+            sessions: Arc::new(Sessions::default()),
+            command_timeout,
+        }
     }
 
     /// Consumes committed batches and starts automatic deliveries.
@@ -58,7 +62,10 @@ impl Runtime {
                         let rt = rt.clone();
                         let ev = ev.clone();
                         tokio::spawn(async move {
-                            if let Err(e) = rt.deliver(&ev.group_id, &actor, &ev.id, ClaimKind::Automatic).await {
+                            if let Err(e) = rt
+                                .deliver(&ev.group_id, &actor, &ev.id, ClaimKind::Automatic)
+                                .await
+                            {
                                 if e.code != ErrorCode::DeliveryConflict {
                                     tracing::warn!(error = %e, actor, "delivery failed to start");
                                 }
@@ -72,23 +79,39 @@ impl Runtime {
 
     fn automatic_targets(&self, ev: &Event) -> Vec<String> {
         let eng = self.ledger.engine();
-        let Some(g) = eng.group(&ev.group_id) else { return Vec::new() };
+        let Some(g) = eng.group(&ev.group_id) else {
+            return Vec::new();
+        };
         if g.state == "stopped" {
             return Vec::new();
         }
         convene_core::engine::delivery_targets(g, ev)
             .into_iter()
-            .filter(|a| g.actor(a).map(|x| transport_for(&x.runtime).is_some()).unwrap_or(false))
+            .filter(|a| {
+                g.actor(a)
+                    .map(|x| transport_for(&x.runtime).is_some())
+                    .unwrap_or(false)
+            })
             .collect()
     }
 
     /// One attempt: claim (durable), hand off, record the result. Returns the claim's
     /// `delivery_id` once claimed; the handoff continues in the background.
-    pub async fn deliver(&self, group_id: &str, actor_id: &str, source_event_id: &str, kind: ClaimKind) -> Result<String, CoreError> {
+    pub async fn deliver(
+        &self,
+        group_id: &str,
+        actor_id: &str,
+        source_event_id: &str,
+        kind: ClaimKind,
+    ) -> Result<String, CoreError> {
         let (runtime, command) = {
             let eng = self.ledger.engine();
-            let g = eng.group(group_id).ok_or_else(|| CoreError::no_group(group_id))?;
-            let a = g.actor(actor_id).ok_or_else(|| CoreError::no_actor(actor_id))?;
+            let g = eng
+                .group(group_id)
+                .ok_or_else(|| CoreError::no_group(group_id))?;
+            let a = g
+                .actor(actor_id)
+                .ok_or_else(|| CoreError::no_actor(actor_id))?;
             (a.runtime.clone(), a.command.clone())
         };
         let transport = transport_for(&runtime).unwrap_or("none");
@@ -102,8 +125,14 @@ impl Runtime {
                 kind,
             })
             .await?;
-        let (claim, _) = claimed.events.first().ok_or_else(|| CoreError::new(ErrorCode::Internal, "claim appended nothing"))?;
-        let delivery_id = claim.data_str("delivery_id").unwrap_or_default().to_string();
+        let (claim, _) = claimed
+            .events
+            .first()
+            .ok_or_else(|| CoreError::new(ErrorCode::Internal, "claim appended nothing"))?;
+        let delivery_id = claim
+            .data_str("delivery_id")
+            .unwrap_or_default()
+            .to_string();
         let source = self
             .ledger
             .readers()
@@ -112,11 +141,17 @@ impl Runtime {
             .map(|r| r.json)
             .unwrap_or_default();
         let rt = self.clone();
-        let (gid, aid, did) = (group_id.to_string(), actor_id.to_string(), delivery_id.clone());
+        let (gid, aid, did) = (
+            group_id.to_string(),
+            actor_id.to_string(),
+            delivery_id.clone(),
+        );
         tokio::spawn(async move {
             let handoff = match transport {
                 "session" => rt.sessions.hand_off(&gid, &aid, &did, &source),
-                "command" => command::run(&command, &gid, &aid, &did, &source, rt.command_timeout).await,
+                "command" => {
+                    command::run(&command, &gid, &aid, &did, &source, rt.command_timeout).await
+                }
                 _ => Handoff::Failed(format!("no runtime adapter for runtime {runtime:?}")),
             };
             let (state, reason) = match handoff {
@@ -124,7 +159,15 @@ impl Runtime {
                 Handoff::Failed(r) => (DeliveryState::Failed, Some(r)),
                 Handoff::Ambiguous(r) => (DeliveryState::Ambiguous, Some(r)),
             };
-            let res = rt.ledger.execute(Command::DeliveryResult { group_id: gid, delivery_id: did, state, reason }).await;
+            let res = rt
+                .ledger
+                .execute(Command::DeliveryResult {
+                    group_id: gid,
+                    delivery_id: did,
+                    state,
+                    reason,
+                })
+                .await;
             if let Err(e) = res {
                 tracing::error!(error = %e, "could not record delivery result");
             }
@@ -136,7 +179,10 @@ impl Runtime {
 /// The payload handed to a runtime: the delivery id and the stored event.
 pub fn payload(delivery_id: &str, event_json: &str) -> Vec<u8> {
     let ev: Value = serde_json::from_str(event_json).unwrap_or(Value::Null);
-    let mut v = serde_json::to_vec(&serde_json::json!({"t": "delivery", "delivery_id": delivery_id, "event": ev})).unwrap_or_default();
+    let mut v = serde_json::to_vec(
+        &serde_json::json!({"t": "delivery", "delivery_id": delivery_id, "event": ev}),
+    )
+    .unwrap_or_default();
     v.push(b'\n');
     v
 }

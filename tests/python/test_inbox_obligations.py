@@ -1,0 +1,117 @@
+"""Mail inbox (§6.2), reply obligations and cancellation (§6.3)."""
+import pytest
+from cccc_sdk import DaemonAPIError
+
+
+def statuses(client, gid, eid):
+    return client.call("ledger_statuses", {"group_id": gid, "event_ids": [eid]})["statuses"][eid]
+
+
+def test_mail_inbox_peek_then_read_moves_cursor(client, group):
+    ids = [client.send(group_id=group, text=f"m{i}", message_mode="mail", to=["p1"])["event"]["id"] for i in range(3)]
+    client.send(group_id=group, text="not mail", message_mode="send", to=["p1"])
+    peek = client.inbox_peek(group_id=group, actor_id="p1")
+    assert [m["id"] for m in peek["messages"]] == ids
+    assert peek["cursor"]["event_id"] is None
+    read = client.inbox_read(group_id=group, actor_id="p1", by="p1", limit=2)
+    assert [m["id"] for m in read["messages"]] == ids[:2]
+    assert read["event"]["kind"] == "mail.read" and read["event"]["data"] == {"actor_id": "p1", "event_id": ids[1]}
+    assert read["cursor"]["event_id"] == ids[1]
+    assert [m["id"] for m in client.inbox_peek(group_id=group, actor_id="p1")["messages"]] == ids[2:]
+    st = statuses(client, group, ids[0])
+    assert st["read_status"] == {"p1": True}
+    assert statuses(client, group, ids[2])["read_status"] == {"p1": False}
+    empty = client.inbox_read(group_id=group, actor_id="p1", by="p1")
+    assert [m["id"] for m in empty["messages"]] == ids[2:]
+    again = client.inbox_read(group_id=group, actor_id="p1", by="p1")
+    assert again["messages"] == [] and again["event"] is None
+
+
+def test_CCCS_6_4_7_mail_append_creates_no_runtime_delivery(client, group):
+    ev = client.send(group_id=group, text="quiet", message_mode="mail", to=["p1"])["event"]
+    tail = client.call("ledger_tail", {"group_id": group, "limit": 5})["events"]
+    assert tail[-1]["id"] == ev["id"]
+    assert not [e for e in tail if e["kind"] == "runtime.delivery"]
+
+
+def test_CCCS_6_2_2_mail_read_authorization(client, group):
+    client.send(group_id=group, text="for p1", message_mode="mail", to=["p1"])
+    with pytest.raises(DaemonAPIError) as ei:
+        client.inbox_read(group_id=group, actor_id="p1", by="p2")
+    assert ei.value.code == "permission_denied"
+    # the user is privileged
+    assert client.inbox_read(group_id=group, actor_id="p1", by="user")["event"]["by"] == "user"
+    with pytest.raises(DaemonAPIError) as ei:
+        client.inbox_peek(group_id=group, actor_id="user")
+    assert ei.value.code == "invalid_request"
+
+
+def test_CCCS_6_2_1_mail_read_must_reference_addressed_mail(client, group):
+    send_ev = client.send(group_id=group, text="s", message_mode="send", to=["p1"])["event"]
+    # mail.read through the engine is only reachable by inbox_read; it never points at Send.
+    client.send(group_id=group, text="mail", message_mode="mail", to=["p2"])
+    r = client.inbox_read(group_id=group, actor_id="p1", by="p1")
+    assert r["event"] is None and send_ev["id"] not in [m["id"] for m in r["messages"]]
+
+
+def test_reply_closes_only_the_repliers_obligation(client, group):
+    src = client.send(group_id=group, text="review?", message_mode="request_reply", to=["p1", "p2"])["event"]
+    rep = client.reply(group_id=group, reply_to=src["id"], text="done", by="p1")["event"]
+    assert rep["data"]["reply_to"] == src["id"] and rep["data"]["to"] == ["user"]
+    ob = statuses(client, group, src["id"])["obligation_status"]
+    assert ob["p1"]["status"] == "replied" and ob["p1"]["closed_by"] == rep["id"]
+    assert ob["p2"]["status"] == "requested"
+
+
+def test_CCCS_6_3_3_cancel_closes_open_and_append_order_is_authoritative(client, group):
+    src = client.send(group_id=group, text="q", message_mode="request_reply", to=["p1", "p2"], by="lead")["event"]
+    client.reply(group_id=group, reply_to=src["id"], text="first", by="p1", message_mode="mail")
+    c = client.reply_request_cancel(group_id=group, source_event_id=src["id"], by="lead")
+    assert c["event"]["kind"] == "chat.reply_request.cancelled"
+    assert c["obligations"] == {"p1": "replied", "p2": "cancelled"}
+    # a later reply stays visible but does not turn cancelled into replied
+    late = client.reply(group_id=group, reply_to=src["id"], text="late", by="p2")["event"]
+    ob = statuses(client, group, src["id"])["obligation_status"]
+    assert ob["p1"]["replied"] and not ob["p1"]["cancelled"]
+    assert ob["p2"]["cancelled"] and not ob["p2"]["replied"]
+    assert late["data"]["reply_to"] == src["id"]
+
+
+def test_CCCS_6_3_2_only_sender_or_user_may_cancel(client, group):
+    src = client.send(group_id=group, text="q", message_mode="request_reply", to=["p2"], by="p1")["event"]
+    with pytest.raises(DaemonAPIError) as ei:
+        client.reply_request_cancel(group_id=group, source_event_id=src["id"], by="p2")
+    assert ei.value.code == "permission_denied"
+    client.reply_request_cancel(group_id=group, source_event_id=src["id"], by="user")
+
+
+def test_CCCS_6_3_1_cancel_target_must_be_request_reply(client, group):
+    ev = client.send(group_id=group, text="plain", message_mode="send", to=["p1"])["event"]
+    with pytest.raises(DaemonAPIError) as ei:
+        client.reply_request_cancel(group_id=group, source_event_id=ev["id"])
+    assert ei.value.code == "invalid_request"
+    with pytest.raises(DaemonAPIError) as ei:
+        client.reply_request_cancel(group_id=group, source_event_id="nope")
+    assert ei.value.code == "event_not_found"
+
+
+def test_request_reply_to_user_creates_user_obligation(client, group):
+    src = client.send(group_id=group, text="approve?", message_mode="request_reply", to=["user"], by="lead")["event"]
+    assert statuses(client, group, src["id"])["obligation_status"]["user"]["status"] == "requested"
+    client.reply(group_id=group, reply_to=src["id"], text="approved", by="user")
+    assert statuses(client, group, src["id"])["obligation_status"]["user"]["status"] == "replied"
+
+
+def test_message_history_newest_first_pages_and_filters(client, group):
+    ids = [client.send(group_id=group, text=f"h{i}", message_mode="mail" if i % 2 else "send", to=["p1"])["event"]["id"] for i in range(6)]
+    client.send(group_id=group, text="other", message_mode="send", to=["p2"])
+    h = client.message_history(group_id=group, actor_id="p1", limit=4)
+    assert [m["id"] for m in h["messages"]] == ids[::-1][:4] and h["has_more"] is True
+    h2 = client.message_history(group_id=group, actor_id="p1", before_event_id=ids[2], limit=10)
+    assert [m["id"] for m in h2["messages"]] == [ids[1], ids[0]]
+    mail = client.message_history(group_id=group, actor_id="p1", mode="mail")
+    assert [m["id"] for m in mail["messages"]] == [ids[5], ids[3], ids[1]]
+    q = client.message_history(group_id=group, actor_id="p1", query="H4")
+    assert [m["id"] for m in q["messages"]] == [ids[4]]
+    # history never consumes Mail
+    assert len(client.inbox_peek(group_id=group, actor_id="p1")["messages"]) == 3

@@ -1,0 +1,68 @@
+"""ledger export / import through the CLI, including a CCCC group's ledger.jsonl (§4.3)."""
+import json
+
+from conftest import run_cli
+
+
+def test_CCCS_4_3_3_export_after_truncated_last_line_keeps_bytes_and_separates(client, group, daemon, tmp_path):
+    ids = [client.send(group_id=group, text=f"e{i}", message_mode="mail", to=["p1"])["event"]["id"] for i in range(5)]
+    out = tmp_path / "ledger.ndjson"
+    torn = b'{"v":1,"id":"torn","kind":"chat.mes'
+    out.write_bytes(torn)
+    r = run_cli(daemon.home, "--json", "ledger", "export", group, "--out", str(out))
+    assert json.loads(r.stdout)["exported"] >= 5
+    data = out.read_bytes()
+    assert data.startswith(torn + b"\n"), "existing bytes must be preserved and terminated"
+    lines = data.split(b"\n")
+    assert lines[-1] == b""
+    recs = [json.loads(l) for l in lines[1:-1]]
+    assert [e["seq"] for e in recs] == list(range(1, len(recs) + 1))
+    assert set(ids) <= {e["id"] for e in recs}
+    # import into a fresh group: the torn line is skipped, everything else is kept as is
+    r = run_cli(daemon.home, "--json", "ledger", "import", str(out), "--group-id", "g_copy")
+    res = json.loads(r.stdout)
+    assert res["torn"] == 1 and res["imported"] == len(recs)
+    copy = client.call("ledger_search", {"group_id": "g_copy", "limit": 1000})["events"]
+    assert [(e["id"], e["kind"], e["data"]) for e in copy] == [(e["id"], e["kind"], e["data"]) for e in recs]
+    assert [a["id"] for a in client.actor_list("g_copy")["actors"]] == ["lead", "p1", "p2"]
+    # the Mail index is rebuilt: p1's inbox has the imported mail
+    assert set(ids) <= {m["id"] for m in client.inbox_peek(group_id="g_copy", actor_id="p1", limit=200)["messages"]}
+    # importing again adds nothing
+    res2 = json.loads(run_cli(daemon.home, "--json", "ledger", "import", str(out), "--group-id", "g_copy").stdout)
+    assert res2["imported"] == 0 and res2["skipped"] == len(recs)
+
+
+def test_import_cccc_group_directory(client, daemon, tmp_path):
+    gdir = tmp_path / "g_7547f9ded365"
+    gdir.mkdir()
+    lines = [
+        {"v": 1, "id": "4a0b1c9d1ac14e53850ece303f25ea35", "ts": "2026-11-29T20:46:01.529251Z", "kind": "group.create", "group_id": "g_7547f9ded365", "scope_key": "", "by": "user", "data": {"title": "probe-A", "topic": "topic A"}},
+        {"v": 1, "id": "c5bac3f5524b4824b0dcf51ada07d1bf", "ts": "2026-11-29T20:46:18.871745Z", "kind": "actor.add", "group_id": "g_7547f9ded365", "scope_key": "", "by": "user", "data": {"actor": {"id": "lead", "runtime": "custom", "title": ""}}},
+        {"v": 1, "id": "d5bac3f5524b4824b0dcf51ada07d1bf", "ts": "2026-11-29T20:46:18.971745Z", "kind": "actor.add", "group_id": "g_7547f9ded365", "scope_key": "", "by": "user", "data": {"actor": {"id": "peer1", "runtime": "custom", "title": ""}}},
+        {"v": 1, "id": "9d49bd80ba0b434e9d9000ef67f0b0c3", "ts": "2026-11-29T20:47:28.416843Z", "kind": "chat.message", "group_id": "g_7547f9ded365", "scope_key": "", "by": "user", "data": {"format": "plain", "message_mode": "mail", "text": "hello", "to": ["peer1"]}},
+        {"v": 1, "id": "a8fc7c2c9667404a99b80c026c62b326", "ts": "2026-11-29T20:49:43.993645Z", "kind": "actor.activity", "group_id": "g_7547f9ded365", "scope_key": "", "by": "system", "data": {"actors": []}},
+    ]
+    (gdir / "ledger.jsonl").write_text("".join(json.dumps(l, separators=(",", ":")) + "\n" for l in lines))
+    res = json.loads(run_cli(daemon.home, "--json", "ledger", "import", str(gdir)).stdout)
+    assert res["group_id"] == "g_7547f9ded365" and res["imported"] == 5
+    g = client.group_show("g_7547f9ded365")["group"]
+    assert g["title"] == "probe-A"
+    assert [(a["id"], a["role"]) for a in client.actor_list("g_7547f9ded365")["actors"]] == [("lead", "foreman"), ("peer1", "peer")]
+    evs = client.call("ledger_tail", {"group_id": "g_7547f9ded365", "limit": 10})["events"]
+    assert [e["seq"] for e in evs] == [1, 2, 3, 4, 5]
+    assert evs[-1]["kind"] == "actor.activity"  # unknown kind kept untouched
+    assert [m["id"] for m in client.inbox_peek(group_id="g_7547f9ded365", actor_id="peer1")["messages"]] == ["9d49bd80ba0b434e9d9000ef67f0b0c3"]
+
+
+def test_cli_human_commands(daemon):
+    h = daemon.home
+    gid = run_cli(h, "group", "create", "cli-demo").stdout.decode().strip()
+    assert gid.startswith("g_")
+    assert "foreman" in run_cli(h, "actor", "add", gid, "lead").stdout.decode()
+    out = run_cli(h, "send", gid, "hello from the shell").stdout.decode()
+    assert "hello from the shell" in out and "@foreman" in out
+    assert "hello from the shell" in run_cli(h, "tail", gid).stdout.decode()
+    st = json.loads(run_cli(h, "--json", "status").stdout)
+    assert st["ping"]["ipc_v"] == 1 and any(g["group_id"] == gid for g in st["groups"])
+    bad = run_cli(h, "send", gid, "x", "--to", "user", "--to", "lead", check=False)
+    assert bad.returncode != 0 and b"invalid_request" in bad.stderr

@@ -1,0 +1,134 @@
+"""Crash safety, bad input, and the single-writer rule (CCCS §12)."""
+import json
+import socket
+import threading
+import time
+
+from cccc_sdk import CCCCClient
+
+from conftest import Daemon
+
+
+class Conn:
+    """A persistent IPC connection (several requests per connection)."""
+
+    def __init__(self, path):
+        self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.s.settimeout(10)
+        self.s.connect(str(path))
+        self.f = self.s.makefile("rb")
+
+    def send_raw(self, data: bytes) -> dict:
+        self.s.sendall(data)
+        return json.loads(self.f.readline())
+
+    def call(self, op, args):
+        return self.send_raw((json.dumps({"v": 1, "op": op, "args": args}) + "\n").encode())
+
+
+def test_kill9_during_concurrent_appends_loses_no_acknowledged_event(home):
+    d = Daemon(home).start()
+    c = CCCCClient(cccc_home=str(home))
+    gid = c.group_create(title="crash")["group_id"]
+    c.actor_add(group_id=gid, actor_id="p1", runtime="none")
+    acked = []
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def writer(k):
+        conn = Conn(d.sock)
+        i = 0
+        while not stop.is_set():
+            try:
+                r = conn.call("send", {"group_id": gid, "text": f"w{k}-{i}", "message_mode": "mail", "to": ["p1"]})
+            except (OSError, ValueError):
+                return  # the daemon died mid-exchange: that request was never acknowledged
+            if r.get("ok"):
+                with lock:
+                    acked.append((r["result"]["event"]["id"], r["result"]["event"]["seq"]))
+            i += 1
+
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    time.sleep(1.5)
+    d.kill9()
+    stop.set()
+    for t in threads:
+        t.join()
+    assert len(acked) > 100
+    d2 = Daemon(home).start()
+    try:
+        got = {}
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(str(d2.sock))
+        s.sendall((json.dumps({"v": 1, "op": "events_stream", "args": {"group_id": gid, "since_seq": 0, "follow": False}}) + "\n").encode())
+        f = s.makefile("rb")
+        assert json.loads(f.readline())["ok"]
+        seqs = []
+        for line in f:
+            ev = json.loads(line)["event"]  # every record parses: no torn record
+            seqs.append(ev["seq"])
+            got[ev["id"]] = ev["seq"]
+        assert seqs == list(range(1, len(seqs) + 1)), "seq must be gap-free"
+        missing = [i for i, _ in acked if i not in got]
+        assert not missing, f"{len(missing)} acknowledged events lost"
+        assert all(got[i] == sq for i, sq in acked), "an acknowledged seq changed"
+        # and the daemon keeps appending after the head
+        nxt = CCCCClient(cccc_home=str(home)).send(group_id=gid, text="after", message_mode="mail", to=["p1"])["event"]
+        assert nxt["seq"] == len(seqs) + 1
+    finally:
+        d2.stop()
+
+
+def test_bad_input_gets_structured_errors_and_changes_nothing(daemon, client, group):
+    head = client.call("ledger_tail", {"group_id": group, "limit": 1})["head_seq"]
+    conn = Conn(daemon.sock)
+    cases = [
+        (b"{not json\n", "invalid_request"),
+        (b"[1,2,3]\n", "invalid_request"),
+        (b'{"v":1,"op":"send","args":[]}\n', "invalid_request"),
+        (b'{"v":1,"op":"send","args":{},"by":"root"}\n', "invalid_request"),  # unknown envelope field
+        (b'{"v":2,"op":"ping","args":{}}\n', "invalid_request"),
+        (b'{"v":1,"op":42}\n', "invalid_request"),
+        (b'{"v":1,"op":"definitely_not_an_op","args":{}}\n', "unknown_op"),
+        (json.dumps({"v": 1, "op": "send", "args": {"group_id": group, "text": 5, "message_mode": "send"}}).encode() + b"\n", "invalid_request"),
+        (json.dumps({"v": 1, "op": "send", "args": {"group_id": group, "text": "x", "to": "p1"}}).encode() + b"\n", "invalid_request"),
+        (json.dumps({"v": 1, "op": "send", "args": {"group_id": group, "text": "x", "message_mode": "shout"}}).encode() + b"\n", "invalid_request"),
+        (json.dumps({"v": 1, "op": "ledger_tail", "args": {"group_id": group, "limit": "ten"}}).encode() + b"\n", "invalid_request"),
+        (json.dumps({"v": 1, "op": "inbox_peek", "args": {"group_id": group, "actor_id": "p1", "limit": 100000}}).encode() + b"\n", "invalid_request"),
+        (b'{"v":1,"op":"send","args":{"group_id":"' + b"x" * (5 * 1024 * 1024) + b'"}}\n', "limit_exceeded"),
+        ("\udcff".encode("utf-8", "surrogatepass") + b"\n", "invalid_request"),
+    ]
+    for raw, code in cases:
+        r = conn.send_raw(raw)
+        assert r["v"] == 1 and r["ok"] is False, raw[:80]
+        assert r["error"]["code"] == code, (raw[:80], r)
+        assert isinstance(r["error"]["message"], str) and isinstance(r["error"]["details"], dict)
+        # the same connection keeps serving
+        assert conn.call("ping", {})["ok"] is True
+    assert client.call("ledger_tail", {"group_id": group, "limit": 1})["head_seq"] == head
+
+
+def test_pipelined_requests_are_answered_in_order(daemon):
+    conn = Conn(daemon.sock)
+    batch = b"".join((json.dumps({"v": 1, "op": "version", "args": {}}) + "\n").encode() for _ in range(50))
+    conn.s.sendall(batch + b'{"v":1,"op":"ping"}\n')
+    out = [json.loads(conn.f.readline()) for _ in range(51)]
+    assert all(o["ok"] for o in out) and "ipc_v" in out[-1]["result"]
+
+
+def test_CCCS_12_2_second_daemon_on_same_home_refuses(daemon, home):
+    second = Daemon(home).start(wait=False)
+    rc = second.proc.wait(10)
+    assert rc != 0
+    assert "already running" in (home / "daemon.log").read_text()
+    # the first one still serves
+    assert daemon.raw({"v": 1, "op": "ping", "args": {}})["ok"] is True
+
+
+def test_shutdown_op_stops_the_daemon_and_removes_endpoint(daemon):
+    r = daemon.raw({"v": 1, "op": "shutdown", "args": {}})
+    assert r["result"]["shutting_down"] is True
+    assert daemon.proc.wait(10) == 0
+    assert not (daemon.home / "daemon" / "ccccd.addr.json").exists()
