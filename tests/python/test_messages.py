@@ -111,6 +111,9 @@ def test_CCCS_4_1_2_unknown_data_fields_and_refs_preserved(client, group):
     assert got["data"]["refs"] == refs
     e = err(client.send, group_id=group, text="bad", message_mode="send", to=["p1"], refs=[{"kind": "task_ref"}])
     assert e.code == "invalid_request"
+    # CCCS-8.2-5: a presentation_ref names its slot
+    e = err(client.send, group_id=group, text="bad", message_mode="send", to=["p1"], refs=[{"kind": "presentation_ref"}])
+    assert e.code == "invalid_request"
 
 
 def test_CCCS_4_1_1_unknown_kinds_stored_and_returned_untouched(client, group):

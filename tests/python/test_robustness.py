@@ -132,3 +132,43 @@ def test_shutdown_op_stops_the_daemon_and_removes_endpoint(daemon):
     assert r["result"]["shutting_down"] is True
     assert daemon.proc.wait(10) == 0
     assert not (daemon.home / "daemon" / "ccccd.addr.json").exists()
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _tcp_call(port, req):
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall((json.dumps(req) + "\n").encode())
+        return json.loads(s.makefile("rb").readline())
+
+
+def test_CCCS_5_4_3_tcp_with_auth_requires_the_api_key(home):
+    port = _free_port()
+    d = Daemon(home, ["--tcp", f"127.0.0.1:{port}", "--require-key"]).start()
+    try:
+        r = _tcp_call(port, {"v": 1, "op": "groups", "args": {}})
+        assert r["ok"] is False and r["error"]["code"] == "permission_denied"
+        key = (home / "auth.key").read_text().strip()
+        assert oct((home / "auth.key").stat().st_mode & 0o777) == "0o600"
+        r = _tcp_call(port, {"v": 1, "op": "groups", "args": {"api_key": key}})
+        assert r["ok"] is True
+        r = _tcp_call(port, {"v": 1, "op": "groups", "args": {"api_key": "wrong"}})
+        assert r["error"]["code"] == "permission_denied"
+    finally:
+        d.stop()
+
+
+def test_tcp_loopback_is_local_trust_and_sdk_works_over_tcp(home):
+    from cccc_sdk.transport import DaemonEndpoint
+    port = _free_port()
+    d = Daemon(home, ["--tcp", f"127.0.0.1:{port}"]).start()
+    try:
+        c = CCCCClient(endpoint=DaemonEndpoint(transport="tcp", host="127.0.0.1", port=port))
+        gid = c.group_create(title="over tcp")["group_id"]
+        assert c.group_show(gid)["group"]["title"] == "over tcp"
+    finally:
+        d.stop()

@@ -30,6 +30,9 @@ enum Cmd {
         /// Also listen on TCP (e.g. 127.0.0.1:9765). Non-loopback peers must send args.api_key.
         #[arg(long)]
         tcp: Option<String>,
+        /// Require the API key from every TCP peer, loopback included.
+        #[arg(long)]
+        require_key: bool,
         /// Stream heartbeat interval in milliseconds.
         #[arg(long, default_value_t = 30_000)]
         heartbeat_ms: u64,
@@ -75,9 +78,14 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     let home = cli.home.clone().unwrap_or_else(default_home);
     match cli.cmd {
-        Cmd::Serve { tcp, heartbeat_ms } => {
+        Cmd::Serve {
+            tcp,
+            require_key,
+            heartbeat_ms,
+        } => {
             let mut cfg = convene_daemon::Config::new(home);
             cfg.tcp = tcp;
+            cfg.tcp_require_key = require_key;
             cfg.heartbeat = Duration::from_millis(heartbeat_ms.max(10));
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

@@ -31,6 +31,8 @@ pub struct Config {
     pub home: PathBuf,
     /// Also listen on this TCP address (loopback peers are local; others need the API key).
     pub tcp: Option<String>,
+    /// Require the API key from every TCP peer, loopback included.
+    pub tcp_require_key: bool,
     /// Stream heartbeat interval.
     pub heartbeat: Duration,
     /// Content limits.
@@ -47,6 +49,7 @@ impl Config {
         Self {
             home,
             tcp: None,
+            tcp_require_key: false,
             heartbeat: Duration::from_secs(30),
             limits: Limits::default(),
             command_timeout: Duration::from_secs(30),
@@ -141,7 +144,7 @@ pub async fn start(cfg: Config) -> Result<Running, DaemonError> {
             .await
             .map_err(|e| DaemonError::Listen(addr.clone(), e))?;
         tcp = tl.local_addr().ok();
-        spawn_tcp(daemon.clone(), tl);
+        spawn_tcp(daemon.clone(), tl, cfg.tcp_require_key);
     }
     home.write_addr(&json!({
         "v": 1, "transport": "unix", "path": sock.display().to_string(), "host": "", "port": 0,
@@ -173,7 +176,7 @@ fn spawn_unix(d: Arc<Daemon>, l: UnixListener) {
     });
 }
 
-fn spawn_tcp(d: Arc<Daemon>, l: TcpListener) {
+fn spawn_tcp(d: Arc<Daemon>, l: TcpListener, require_key: bool) {
     let mut stop = d.shutdown_rx();
     tokio::spawn(async move {
         loop {
@@ -181,7 +184,7 @@ fn spawn_tcp(d: Arc<Daemon>, l: TcpListener) {
                 r = l.accept() => match r {
                     Ok((s, peer)) => {
                         let _ = s.set_nodelay(true);
-                        let trust = if peer.ip().is_loopback() { Trust::Local } else { Trust::Remote };
+                        let trust = if peer.ip().is_loopback() && !require_key { Trust::Local } else { Trust::Remote };
                         tokio::spawn(ipc::serve_conn(d.clone(), s, trust));
                     }
                     Err(e) => { tracing::warn!(error = %e, "accept failed"); tokio::time::sleep(Duration::from_millis(50)).await; }

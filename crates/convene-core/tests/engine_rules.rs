@@ -1,0 +1,459 @@
+//! Engine rules against an in-memory ledger view: unit tests named by the MUST they hold, and
+//! property tests over random inputs.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+use convene_core::view::{Change, DeliveryRow, LedgerView, Obligation, ObligationStatus};
+use convene_core::{
+    ClaimKind, Command, CoreError, DeliveryState, Engine, ErrorCode, Event, Limits, SendArgs,
+};
+use proptest::prelude::*;
+use serde_json::{json, Map, Value};
+
+/// A faithful in-memory projection store: applies outcomes as the SQLite writer does.
+#[derive(Default)]
+struct Mem {
+    events: RefCell<Vec<Event>>,
+    obligations: RefCell<HashMap<(String, String, String), (ObligationStatus, Option<String>)>>,
+    mail: RefCell<Vec<(String, String, u64, String)>>,
+    cursors: RefCell<HashMap<(String, String), u64>>,
+    deliveries: RefCell<HashMap<(String, String), DeliveryRow>>,
+    idem: RefCell<HashMap<(String, String, String), (String, i64)>>,
+}
+
+impl Mem {
+    fn apply(&self, out: &convene_core::Outcome) {
+        self.events.borrow_mut().extend(out.events.iter().cloned());
+        for c in &out.changes {
+            match c {
+                Change::Obligation {
+                    group_id,
+                    source_event_id,
+                    actor_id,
+                    status,
+                    closed_by,
+                } => {
+                    self.obligations.borrow_mut().insert(
+                        (group_id.clone(), source_event_id.clone(), actor_id.clone()),
+                        (*status, closed_by.clone()),
+                    );
+                }
+                Change::MailIndex {
+                    group_id,
+                    actor_id,
+                    seq,
+                    event_id,
+                } => self.mail.borrow_mut().push((
+                    group_id.clone(),
+                    actor_id.clone(),
+                    *seq,
+                    event_id.clone(),
+                )),
+                Change::MailCursor {
+                    group_id,
+                    actor_id,
+                    seq,
+                    ..
+                } => {
+                    let mut c = self.cursors.borrow_mut();
+                    let e = c.entry((group_id.clone(), actor_id.clone())).or_insert(0);
+                    *e = (*e).max(*seq);
+                }
+                Change::Delivery { group_id, row } => {
+                    self.deliveries
+                        .borrow_mut()
+                        .insert((group_id.clone(), row.delivery_id.clone()), row.clone());
+                }
+                Change::Idempotency {
+                    group_id,
+                    by,
+                    client_id,
+                    event_id,
+                    at_unix,
+                } => {
+                    self.idem.borrow_mut().insert(
+                        (group_id.clone(), by.clone(), client_id.clone()),
+                        (event_id.clone(), *at_unix),
+                    );
+                }
+                Change::GroupUpsert(_) | Change::GroupDelete(_) => {}
+            }
+        }
+    }
+}
+
+impl LedgerView for Mem {
+    fn event(&self, g: &str, id: &str) -> Result<Option<Event>, CoreError> {
+        Ok(self
+            .events
+            .borrow()
+            .iter()
+            .find(|e| e.group_id == g && e.id == id)
+            .cloned())
+    }
+    fn obligations(&self, g: &str, s: &str) -> Result<Vec<Obligation>, CoreError> {
+        Ok(self
+            .obligations
+            .borrow()
+            .iter()
+            .filter(|((gg, ss, _), _)| gg == g && ss == s)
+            .map(|((_, _, a), (st, cb))| Obligation {
+                actor_id: a.clone(),
+                status: *st,
+                closed_by: cb.clone(),
+            })
+            .collect())
+    }
+    fn mail_addressed(&self, g: &str, a: &str, e: &str) -> Result<Option<u64>, CoreError> {
+        Ok(self
+            .mail
+            .borrow()
+            .iter()
+            .find(|(gg, aa, _, ee)| gg == g && aa == a && ee == e)
+            .map(|m| m.2))
+    }
+    fn mail_cursor(&self, g: &str, a: &str) -> Result<u64, CoreError> {
+        Ok(*self
+            .cursors
+            .borrow()
+            .get(&(g.to_string(), a.to_string()))
+            .unwrap_or(&0))
+    }
+    fn delivery(&self, g: &str, d: &str) -> Result<Option<DeliveryRow>, CoreError> {
+        Ok(self
+            .deliveries
+            .borrow()
+            .get(&(g.to_string(), d.to_string()))
+            .cloned())
+    }
+    fn idempotent(
+        &self,
+        g: &str,
+        by: &str,
+        c: &str,
+        since: i64,
+    ) -> Result<Option<String>, CoreError> {
+        Ok(self
+            .idem
+            .borrow()
+            .get(&(g.to_string(), by.to_string(), c.to_string()))
+            .filter(|(_, t)| *t >= since)
+            .map(|(e, _)| e.clone()))
+    }
+}
+
+struct World {
+    eng: Engine,
+    mem: Mem,
+    gid: String,
+}
+
+impl World {
+    fn new(actors: &[&str]) -> Self {
+        let mut w = World {
+            eng: Engine::new(Vec::new(), Limits::default()),
+            mem: Mem::default(),
+            gid: String::new(),
+        };
+        let out = w
+            .run(Command::GroupCreate {
+                by: "user".into(),
+                title: "t".into(),
+                topic: String::new(),
+            })
+            .unwrap();
+        w.gid = out.events[0].group_id.clone();
+        for a in actors {
+            let mut spec = Map::new();
+            spec.insert("actor_id".into(), json!(a));
+            w.run(Command::ActorAdd {
+                group_id: w.gid.clone(),
+                by: "user".into(),
+                spec,
+            })
+            .unwrap();
+        }
+        w
+    }
+
+    fn run(&mut self, cmd: Command) -> Result<convene_core::Outcome, CoreError> {
+        let out = self
+            .eng
+            .execute(&self.mem, cmd, time::OffsetDateTime::now_utc())?;
+        self.mem.apply(&out);
+        Ok(out)
+    }
+
+    fn send(&mut self, by: &str, mode: &str, to: &[&str], text: &str) -> Result<Event, CoreError> {
+        let args = SendArgs {
+            group_id: self.gid.clone(),
+            by: by.into(),
+            text: Some(text.into()),
+            message_mode: Some(mode.into()),
+            to: to.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        };
+        Ok(self.run(Command::Send(args))?.events[0].clone())
+    }
+
+    fn reply(&mut self, by: &str, reply_to: &str, mode: &str) -> Result<Event, CoreError> {
+        let args = SendArgs {
+            group_id: self.gid.clone(),
+            by: by.into(),
+            text: Some("re".into()),
+            message_mode: Some(mode.into()),
+            reply_to: Some(reply_to.into()),
+            ..Default::default()
+        };
+        Ok(self.run(Command::Send(args))?.events[0].clone())
+    }
+
+    fn status(&self, src: &str, actor: &str) -> ObligationStatus {
+        self.mem
+            .obligations(&self.gid, src)
+            .unwrap()
+            .into_iter()
+            .find(|o| o.actor_id == actor)
+            .unwrap()
+            .status
+    }
+
+    fn seqs(&self) -> Vec<u64> {
+        self.mem
+            .events
+            .borrow()
+            .iter()
+            .filter(|e| e.group_id == self.gid)
+            .map(|e| e.seq)
+            .collect()
+    }
+}
+
+#[test]
+fn cccs_3_3_first_actor_is_foreman() {
+    let w = World::new(&["a", "b"]);
+    let g = w.eng.group(&w.gid).unwrap();
+    assert_eq!(g.actors[0].role, convene_core::Role::Foreman);
+    assert_eq!(g.actors[1].role, convene_core::Role::Peer);
+}
+
+#[test]
+fn cccs_5_1_1_empty_to_materializes_default() {
+    let mut w = World::new(&["a", "b"]);
+    let e = w.send("user", "send", &[], "x").unwrap();
+    assert_eq!(e.data["to"], json!(["@foreman"]));
+}
+
+#[test]
+fn cccs_5_2_2_mixed_audience_rejected_and_nothing_appended() {
+    let mut w = World::new(&["a", "b"]);
+    let before = w.seqs().len();
+    let err = w.send("user", "send", &["user", "a"], "x").unwrap_err();
+    assert_eq!(err.code, ErrorCode::InvalidRequest);
+    assert_eq!(w.seqs().len(), before);
+}
+
+#[test]
+fn cccs_5_4_2_by_is_set_from_the_principal_and_members_only() {
+    let mut w = World::new(&["a"]);
+    assert_eq!(w.send("a", "send", &["user"], "x").unwrap().by, "a");
+    assert_eq!(
+        w.send("ghost", "send", &["a"], "x").unwrap_err().code,
+        ErrorCode::PermissionDenied
+    );
+}
+
+#[test]
+fn cccs_6_1_5_reply_closes_obligation_and_cannot_request_reply() {
+    let mut w = World::new(&["a", "b"]);
+    let src = w.send("user", "request_reply", &["a", "b"], "q").unwrap();
+    assert_eq!(
+        w.reply("a", &src.id, "request_reply").unwrap_err().code,
+        ErrorCode::InvalidRequest
+    );
+    // A Mail reply back to the user is refused (no human inbox); a Send reply closes it.
+    assert_eq!(
+        w.reply("a", &src.id, "mail").unwrap_err().code,
+        ErrorCode::InvalidRequest
+    );
+    w.reply("a", &src.id, "send").unwrap();
+    assert_eq!(w.status(&src.id, "a"), ObligationStatus::Replied);
+    assert_eq!(w.status(&src.id, "b"), ObligationStatus::Requested);
+}
+
+#[test]
+fn cccs_6_3_3_cancel_then_late_reply_stays_cancelled() {
+    let mut w = World::new(&["a", "b"]);
+    let src = w.send("user", "request_reply", &["a", "b"], "q").unwrap();
+    w.reply("a", &src.id, "send").unwrap();
+    w.run(Command::CancelReplyRequest {
+        group_id: w.gid.clone(),
+        by: "user".into(),
+        source_event_id: src.id.clone(),
+    })
+    .unwrap();
+    w.reply("b", &src.id, "send").unwrap();
+    assert_eq!(w.status(&src.id, "a"), ObligationStatus::Replied);
+    assert_eq!(w.status(&src.id, "b"), ObligationStatus::Cancelled);
+}
+
+#[test]
+fn cccs_6_2_2_mail_read_only_by_recipient_or_privileged() {
+    let mut w = World::new(&["a", "b"]);
+    let m = w.send("user", "mail", &["a"], "m").unwrap();
+    let read = |by: &str| Command::MailRead {
+        group_id: String::new(),
+        by: by.into(),
+        actor_id: "a".into(),
+        event_id: m.id.clone(),
+    };
+    let mut c = read("b");
+    if let Command::MailRead { group_id, .. } = &mut c {
+        *group_id = w.gid.clone();
+    }
+    assert_eq!(w.run(c).unwrap_err().code, ErrorCode::PermissionDenied);
+    let mut c = read("a");
+    if let Command::MailRead { group_id, .. } = &mut c {
+        *group_id = w.gid.clone();
+    }
+    w.run(c).unwrap();
+    assert_eq!(w.mem.mail_cursor(&w.gid, "a").unwrap(), m.seq);
+}
+
+#[test]
+fn cccs_6_4_claims_results_and_retry_rules() {
+    let mut w = World::new(&["a"]);
+    let src = w.send("user", "send", &["a"], "x").unwrap();
+    let claim = |w: &World, kind| Command::DeliveryClaim {
+        group_id: w.gid.clone(),
+        actor_id: "a".into(),
+        source_event_id: src.id.clone(),
+        transport: "t".into(),
+        kind,
+    };
+    let out = w.run(claim(&w, ClaimKind::Automatic)).unwrap();
+    let did = out.events[0].data["delivery_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(out.events[0].by, "system");
+    // CCCS-6.4-3: a concurrent claimant sees claimed and does not retry
+    assert_eq!(
+        w.run(claim(&w, ClaimKind::Automatic)).unwrap_err().code,
+        ErrorCode::DeliveryConflict
+    );
+    let result = |w: &World, state| Command::DeliveryResult {
+        group_id: w.gid.clone(),
+        delivery_id: did.clone(),
+        state,
+        reason: None,
+    };
+    w.run(result(&w, DeliveryState::Ambiguous)).unwrap();
+    // exactly one result per attempt
+    assert_eq!(
+        w.run(result(&w, DeliveryState::Accepted)).unwrap_err().code,
+        ErrorCode::DeliveryConflict
+    );
+    // CCCS-6.4-5: no automatic retry after ambiguous; manual needs force
+    assert_eq!(
+        w.run(claim(&w, ClaimKind::Automatic)).unwrap_err().code,
+        ErrorCode::DeliveryConflict
+    );
+    assert_eq!(
+        w.run(claim(
+            &w,
+            ClaimKind::Manual {
+                force_ambiguous: false
+            }
+        ))
+        .unwrap_err()
+        .code,
+        ErrorCode::DeliveryConflict
+    );
+    let again = w
+        .run(claim(
+            &w,
+            ClaimKind::Manual {
+                force_ambiguous: true,
+            },
+        ))
+        .unwrap();
+    // CCCS-6.4-1: a retry reuses the identity
+    assert_eq!(again.events[0].data["delivery_id"].as_str().unwrap(), did);
+}
+
+#[test]
+fn cccs_12_4_clients_cannot_append_runtime_delivery() {
+    let mut w = World::new(&["a"]);
+    let err = w
+        .run(Command::AppendExtension {
+            group_id: w.gid.clone(),
+            by: "user".into(),
+            kind: "runtime.delivery".into(),
+            data: json!({}),
+        })
+        .unwrap_err();
+    assert_eq!(err.code, ErrorCode::PermissionDenied);
+}
+
+#[test]
+fn failed_command_leaves_seq_untouched() {
+    let mut w = World::new(&["a"]);
+    let head = *w.seqs().last().unwrap();
+    assert!(w.send("user", "mail", &["user"], "x").is_err());
+    let e = w.send("user", "send", &["a"], "x").unwrap();
+    assert_eq!(e.seq, head + 1);
+}
+
+const TOKENS: &[&str] = &[
+    "a", "b", "c", "user", "@user", "@all", "@peers", "@foreman", "ghost", "@bogus", "",
+];
+
+proptest! {
+    /// CCCS-5.2-1/5.2-2: every accepted message addresses exactly one audience domain.
+    #[test]
+    fn accepted_messages_have_one_audience(idx in proptest::collection::vec(0..TOKENS.len(), 0..5), mode in 0..3usize) {
+        let mut w = World::new(&["a", "b", "c"]);
+        let to: Vec<&str> = idx.iter().map(|i| TOKENS[*i]).collect();
+        let mode = ["send", "request_reply", "mail"][mode];
+        match w.send("user", mode, &to, "x") {
+            Ok(e) => {
+                let stored: Vec<String> = serde_json::from_value(e.data["to"].clone()).unwrap();
+                prop_assert!(!stored.is_empty());
+                let human = stored.iter().any(|t| t == "user");
+                prop_assert!(!human || stored.len() == 1, "mixed audience stored: {stored:?}");
+                if mode == "mail" { prop_assert!(!human); }
+                if mode == "request_reply" {
+                    prop_assert!(stored.iter().all(|t| !t.starts_with('@')), "broadcast request_reply: {stored:?}");
+                }
+            }
+            Err(e) => prop_assert!(matches!(e.code, ErrorCode::InvalidRequest | ErrorCode::ActorNotFound)),
+        }
+    }
+
+    /// Per-group seq is gap-free and increasing whatever mix of valid and invalid commands runs.
+    #[test]
+    fn seq_is_gap_free(ops in proptest::collection::vec((0..TOKENS.len(), 0..3usize, any::<bool>()), 1..30)) {
+        let mut w = World::new(&["a", "b"]);
+        for (t, m, reply) in ops {
+            let mode = ["send", "request_reply", "mail"][m];
+            let last = w.mem.events.borrow().iter().rev().find(|e| e.kind == "chat.message").map(|e| e.id.clone());
+            let _ = match (reply, last) {
+                (true, Some(id)) => w.reply("a", &id, mode),
+                _ => w.send("user", mode, &[TOKENS[t]], "x"),
+            };
+        }
+        let seqs = w.seqs();
+        prop_assert_eq!(seqs, (1..=w.mem.events.borrow().len() as u64).collect::<Vec<_>>());
+    }
+
+    /// Unknown data fields of extension events are preserved byte-for-byte in meaning.
+    #[test]
+    fn extension_data_is_preserved(k in "[a-z]{1,8}", v in "[ -~]{0,20}", n in any::<i32>()) {
+        let mut w = World::new(&["a"]);
+        let data: Value = json!({k.clone(): v, "n": n, "nested": {"k": [1, 2, 3]}});
+        let out = w.run(Command::AppendExtension { group_id: w.gid.clone(), by: "a".into(), kind: "x.test.prop".into(), data: data.clone() }).unwrap();
+        prop_assert_eq!(&out.events[0].data, &data);
+    }
+}

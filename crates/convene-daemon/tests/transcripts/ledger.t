@@ -1,0 +1,25 @@
+# Ledger reads: tail, search, window (CCCC shapes).
+> {"v":1,"op":"group_create","args":{"title":"l"}}
+< {"ok":true,"result":{"group_id":"$G"}}
+> {"v":1,"op":"actor_add","args":{"group_id":"$G","actor_id":"lead","runtime":"none"}}
+< {"ok":true}
+> {"v":1,"op":"send","args":{"group_id":"$G","text":"alpha","message_mode":"send","to":["lead"]}}
+< {"ok":true,"result":{"event":{"id":"$A"}}}
+> {"v":1,"op":"send","args":{"group_id":"$G","text":"beta","message_mode":"send","to":["user"],"by":"lead"}}
+< {"ok":true,"result":{"event":{"id":"$B"}}}
+> {"v":1,"op":"system_notify","args":{"group_id":"$G","message":"n","by":"system"}}
+< {"ok":true,"result":{"event":{"kind":"system.notify","by":"system","data":{"kind":"info","priority":"normal"}},"im_eligible":false}}
+> {"v":1,"op":"ledger_tail","args":{"group_id":"$G","limit":2}}
+< {"ok":true,"result":{"count":2,"has_more":true,"events":[{"id":"$B"},{"kind":"system.notify"}]}}
+> {"v":1,"op":"ledger_search","args":{"group_id":"$G","kind":"chat","limit":10}}
+< {"ok":true,"result":{"count":2,"has_more":false,"events":[{"id":"$A"},{"id":"$B"}]}}
+> {"v":1,"op":"ledger_search","args":{"group_id":"$G","q":"BETA"}}
+< {"ok":true,"result":{"count":1,"events":[{"id":"$B"}]}}
+> {"v":1,"op":"ledger_search","args":{"group_id":"$G","by":"lead","kind":"chat"}}
+< {"ok":true,"result":{"count":1,"events":[{"id":"$B"}]}}
+> {"v":1,"op":"ledger_search","args":{"group_id":"$G","before":"$B","limit":1}}
+< {"ok":true,"result":{"count":1,"has_more":true,"events":[{"id":"$A"}]}}
+> {"v":1,"op":"ledger_window","args":{"group_id":"$G","center":"$B","before":1,"after":1}}
+< {"ok":true,"result":{"center_id":"$B","center_index":1,"count":2,"has_more_before":false,"has_more_after":false,"events":[{"id":"$A"},{"id":"$B"}]}}
+> {"v":1,"op":"ledger_window","args":{"group_id":"$G","center":"nope"}}
+< {"ok":false,"error":{"code":"event_not_found"}}
