@@ -11,15 +11,18 @@ use convene_core::{
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
 
+/// (group, source/by, actor/client_id) keys.
+type Key3 = (String, String, String);
+
 /// A faithful in-memory projection store: applies outcomes as the SQLite writer does.
 #[derive(Default)]
 struct Mem {
     events: RefCell<Vec<Event>>,
-    obligations: RefCell<HashMap<(String, String, String), (ObligationStatus, Option<String>)>>,
+    obligations: RefCell<HashMap<Key3, (ObligationStatus, Option<String>)>>,
     mail: RefCell<Vec<(String, String, u64, String)>>,
     cursors: RefCell<HashMap<(String, String), u64>>,
     deliveries: RefCell<HashMap<(String, String), DeliveryRow>>,
-    idem: RefCell<HashMap<(String, String, String), (String, i64)>>,
+    idem: RefCell<HashMap<Key3, (String, i64)>>,
 }
 
 impl Mem {
