@@ -17,7 +17,7 @@ pub const MIGRATIONS: &[&str] = &[
         by_      TEXT NOT NULL,
         json     TEXT NOT NULL,
         PRIMARY KEY (group_id, seq)
-    );
+    ) WITHOUT ROWID;
     CREATE UNIQUE INDEX events_by_id ON events (group_id, id);
     CREATE INDEX events_by_ts ON events (group_id, ts);
     CREATE TABLE obligations (
@@ -35,7 +35,6 @@ pub const MIGRATIONS: &[&str] = &[
         event_id TEXT NOT NULL,
         PRIMARY KEY (group_id, actor_id, seq)
     ) WITHOUT ROWID;
-    CREATE INDEX mail_index_by_event ON mail_index (group_id, event_id, actor_id);
     CREATE TABLE mail_cursors (
         group_id TEXT NOT NULL,
         actor_id TEXT NOT NULL,

@@ -229,7 +229,10 @@ impl LedgerView for WriterView<'_> {
         event_id: &str,
     ) -> Result<Option<u64>, CoreError> {
         self.tx
-            .prepare_cached("SELECT seq FROM mail_index WHERE group_id = ?1 AND event_id = ?2 AND actor_id = ?3")
+            .prepare_cached(
+                "SELECT m.seq FROM events e JOIN mail_index m ON m.group_id = e.group_id AND m.actor_id = ?3 AND m.seq = e.seq
+                 WHERE e.group_id = ?1 AND e.id = ?2",
+            )
             .and_then(|mut s| s.query_row(params![group_id, event_id, actor_id], |r| r.get::<_, i64>(0)).optional())
             .map(|o| o.map(|v| v as u64))
             .map_err(core)
