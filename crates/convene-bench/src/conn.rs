@@ -132,6 +132,11 @@ pub fn send_line(group_id: &str, text: &str) -> Vec<u8> {
     v
 }
 
+/// Encodes a `ping` request line.
+pub fn ping_line() -> Vec<u8> {
+    b"{\"v\":1,\"op\":\"ping\",\"args\":{}}\n".to_vec()
+}
+
 /// A message body: unique, ~100 bytes, like a short agent note.
 pub fn text(tag: &str, i: usize) -> String {
     format!("bench {tag} #{i:07}: the quick brown fox jumps over the lazy dog; status ok, next step queued.")

@@ -248,7 +248,23 @@ impl Drop for Cleanup {
 // ---------------------------------------------------------------------------------------
 // 1. The machine's own fsync rate.
 
+/// Flushes dirty data of the filesystem holding `dir` (`sync -f`), so that a probe or a run
+/// does not pay for writeback left over by the previous phase (e.g. a 100k-event database
+/// just written and closed): without it the fsync probe swings between ~0.2 and ~4 ms here.
+fn settle_disk(dir: &Path) {
+    let ok = std::process::Command::new("sync")
+        .arg("-f")
+        .arg(dir)
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !ok {
+        let _ = std::process::Command::new("sync").status();
+    }
+}
+
 fn fsync_bench(dir: &Path, n: usize) -> Res<Lat> {
+    settle_disk(dir);
     let path = dir.join("fsync-probe.bin");
     let mut f = OpenOptions::new()
         .create(true)
@@ -283,6 +299,9 @@ struct Suite {
     /// The machine's fsync rate, measured just before this daemon was started.
     fsync: Lat,
     version: String,
+    /// `ping` round trips (no ledger work): the IPC floor, new connection / persistent.
+    ping_new_conn: Lat,
+    ping_persistent: Lat,
     new_conn: Lat,
     persistent: Lat,
     levels: Vec<(usize, Lat)>,
@@ -365,7 +384,22 @@ fn run_suite(kind: Kind, bin: &Path, home: &Path, o: &Opts, t0: Instant) -> Res<
     }
     let mut sent = 1usize;
 
-    let new_conn = seq_new_conn(&d, &gid, o.n, o.warmup)?;
+    let pings = (o.n / 4).max(50);
+    let ping = conn::ping_line();
+    let ping_new_conn = seq_new_conn(&d, &vec![ping.clone(); pings + o.warmup], o.warmup)?;
+    let ping_persistent = seq_persistent(&d, &vec![ping; pings + o.warmup], o.warmup)?;
+    progress(
+        t0,
+        &format!(
+            "{name}: ping p50: new conn {:.0} µs, persistent {:.0} µs",
+            ping_new_conn.p50_us, ping_persistent.p50_us
+        ),
+    );
+
+    let reqs: Vec<Vec<u8>> = (0..o.n + o.warmup)
+        .map(|i| send_line(&gid, &text("newconn", i)))
+        .collect();
+    let new_conn = seq_new_conn(&d, &reqs, o.warmup)?;
     sent += o.n + o.warmup;
     progress(
         t0,
@@ -374,7 +408,10 @@ fn run_suite(kind: Kind, bin: &Path, home: &Path, o: &Opts, t0: Instant) -> Res<
             new_conn.p50_us, new_conn.p99_us, new_conn.per_s
         ),
     );
-    let persistent = seq_persistent(&d, &gid, o.n, o.warmup)?;
+    let reqs: Vec<Vec<u8>> = (0..o.n + o.warmup)
+        .map(|i| send_line(&gid, &text("persist", i)))
+        .collect();
+    let persistent = seq_persistent(&d, &reqs, o.warmup)?;
     sent += o.n + o.warmup;
     progress(
         t0,
@@ -453,6 +490,8 @@ fn run_suite(kind: Kind, bin: &Path, home: &Path, o: &Opts, t0: Instant) -> Res<
         kind,
         fsync,
         version,
+        ping_new_conn,
+        ping_persistent,
         new_conn,
         persistent,
         levels,
@@ -473,10 +512,8 @@ fn finish(d: &Daemon, lats: Vec<Duration>, wall: Duration, before: &stats::Snaps
 }
 
 /// (a) One new connection per request, as the cccc-sdk Python client does.
-fn seq_new_conn(d: &Daemon, gid: &str, n: usize, warmup: usize) -> Res<Lat> {
-    let reqs: Vec<Vec<u8>> = (0..n + warmup)
-        .map(|i| send_line(gid, &text("newconn", i)))
-        .collect();
+fn seq_new_conn(d: &Daemon, reqs: &[Vec<u8>], warmup: usize) -> Res<Lat> {
+    let n = reqs.len() - warmup;
     for r in &reqs[..warmup] {
         d.connect()?.roundtrip(r)?;
     }
@@ -494,10 +531,8 @@ fn seq_new_conn(d: &Daemon, gid: &str, n: usize, warmup: usize) -> Res<Lat> {
 }
 
 /// (b) One persistent connection.
-fn seq_persistent(d: &Daemon, gid: &str, n: usize, warmup: usize) -> Res<Lat> {
-    let reqs: Vec<Vec<u8>> = (0..n + warmup)
-        .map(|i| send_line(gid, &text("persist", i)))
-        .collect();
+fn seq_persistent(d: &Daemon, reqs: &[Vec<u8>], warmup: usize) -> Res<Lat> {
+    let n = reqs.len() - warmup;
     let mut c = d.connect()?;
     for r in &reqs[..warmup] {
         c.roundtrip(r)?;
@@ -846,6 +881,12 @@ impl Report {
         row("machine fsync just before: p50 / p99, ops/s", &|s| {
             lat(&s.fsync)
         });
+        row("ping (no ledger), new conn: p50 / p99, ops/s", &|s| {
+            lat(&s.ping_new_conn)
+        });
+        row("ping (no ledger), persistent: p50 / p99, ops/s", &|s| {
+            lat(&s.ping_persistent)
+        });
         row("send, new conn/request: p50 / p99, msgs/s", &|s| {
             lat(&s.new_conn)
         });
@@ -940,6 +981,8 @@ impl Report {
                 "implementation": s.kind.name(),
                 "version": s.version,
                 "fsync_just_before": s.fsync.json(),
+                "ping_new_conn": s.ping_new_conn.json(),
+                "ping_persistent": s.ping_persistent.json(),
                 "send_new_conn": s.new_conn.json(),
                 "send_persistent": s.persistent.json(),
                 "concurrent": s.levels.iter().map(|(c, l)| { let mut v = l.json(); v["clients"] = json!(c); v }).collect::<Vec<_>>(),
