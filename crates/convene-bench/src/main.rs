@@ -7,7 +7,7 @@ mod conn;
 mod daemon;
 mod stats;
 
-use std::fs::OpenOptions;
+use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -16,9 +16,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 
-use conn::{send_line, text, Res};
+use conn::{send_line, text, Conn, Res};
 use daemon::{Daemon, Kind};
-use stats::{Cpu, Lat};
+use stats::{Acc, Cpu, Lat};
 
 const USAGE: &str = "\
 convene-bench: durable-send, concurrency and replay benchmark (Convene vs CCCC)
@@ -159,7 +159,10 @@ fn run(o: &Opts) -> Res<()> {
             .with_file_name("convene"),
     };
     if !convene_bin.is_file() {
-        return Err(format!("no convene binary at {} (build it: cargo build --release -p convene-cli, or pass --convene PATH)", convene_bin.display()));
+        return Err(format!(
+            "no convene binary at {} (build it: cargo build --release -p convene-cli, or pass --convene PATH)",
+            convene_bin.display()
+        ));
     }
     let cccc_bin = if o.skip_cccc {
         None
@@ -170,6 +173,9 @@ fn run(o: &Opts) -> Res<()> {
         if !p.is_file() {
             return Err(format!("no cccc binary at {}", p.display()));
         }
+    }
+    if cccc_bin.is_none() && !o.skip_cccc {
+        eprintln!("no cccc binary on PATH (use --cccc PATH); CCCC column skipped");
     }
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -185,36 +191,44 @@ fn run(o: &Opts) -> Res<()> {
         root: root.clone(),
         keep: o.keep,
     };
-
     progress(t0, &format!("temp dir {}", root.display()));
-    let fsync = fsync_bench(&root, o.fsync_n)?;
+    settle_disk(&root);
+
+    // Both daemons run side by side and the sequential and concurrent phases alternate
+    // between them in small rounds: the machine is shared, and interleaving makes both see
+    // the same background load (and the same disk) instead of whatever each time slot had.
+    let mut targets = vec![Target::start(Kind::Convene, &convene_bin, &root, t0)?];
+    if let Some(bin) = &cccc_bin {
+        match Target::start(Kind::Cccc, bin, &root, t0) {
+            Ok(t) => targets.push(t),
+            Err(e) => eprintln!("CCCC not measured: {e}"),
+        }
+    }
+
+    let mut probe = FsyncProbe::open(&root)?;
+    sequential_phase(o, &mut targets, &mut probe, t0)?;
+    let fsync = std::mem::take(&mut probe.acc).finish();
+    let fsync_over = std::mem::take(&mut probe.over_acc).finish();
+    drop(probe);
     progress(
         t0,
         &format!(
-            "fsync: p50 {:.1} µs, {:.0} ops/s",
+            "fsync (interleaved): p50 {:.1} µs, {:.0} ops/s",
             fsync.p50_us, fsync.per_s
         ),
     );
+    concurrency_phase(o, &mut targets, t0)?;
 
-    let convene = run_suite(Kind::Convene, &convene_bin, &root.join("convene"), o, t0)?;
-    let cccc = match &cccc_bin {
-        Some(bin) => match run_suite(Kind::Cccc, bin, &root.join("cccc"), o, t0) {
-            Ok(s) => Some(s),
-            Err(e) => {
-                eprintln!("CCCC run failed: {e}");
-                None
-            }
-        },
-        None => {
-            if !o.skip_cccc {
-                eprintln!("no cccc binary on PATH (use --cccc PATH); CCCC column skipped");
-            }
-            None
-        }
-    };
+    let mut suites = Vec::new();
+    for t in targets {
+        suites.push(t.finish(o, &fsync, t0)?);
+    }
+    let convene = suites.remove(0);
+    let cccc = suites.pop();
     let total = t0.elapsed();
     let report = Report {
         fsync,
+        fsync_over,
         convene,
         cccc,
         opts: o.clone(),
@@ -263,40 +277,101 @@ fn settle_disk(dir: &Path) {
     }
 }
 
-fn fsync_bench(dir: &Path, n: usize) -> Res<Lat> {
-    settle_disk(dir);
-    let path = dir.join("fsync-probe.bin");
-    let mut f = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-        .map_err(|e| format!("open {}: {e}", path.display()))?;
-    let block = [b'x'; 256];
-    // Warm-up: allocate the first blocks so the steady state is measured.
-    for _ in 0..20 {
-        f.write_all(&block).map_err(|e| e.to_string())?;
-        f.sync_data().map_err(|e| e.to_string())?;
+/// Appends 256 bytes + fdatasync to a file in the temp dir (same filesystem as the homes).
+/// Also measures the same 256-byte write + fdatasync as an overwrite inside a preallocated
+/// file (what a reused WAL does): on ext4 an append changes the file size and needs a
+/// journal commit, an overwrite does not, and the two can differ by 10x on a busy machine.
+struct FsyncProbe {
+    file: File,
+    path: PathBuf,
+    acc: Acc,
+    over: File,
+    over_path: PathBuf,
+    over_off: u64,
+    over_acc: Acc,
+}
+
+/// Size of the preallocated overwrite probe file.
+const OVER_SIZE: u64 = 1 << 20;
+
+impl FsyncProbe {
+    fn open(dir: &Path) -> Res<Self> {
+        let path = dir.join("fsync-probe.bin");
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|e| format!("open {}: {e}", path.display()))?;
+        let over_path = dir.join("fsync-probe-prealloc.bin");
+        let mut over = OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .read(true)
+            .write(true)
+            .open(&over_path)
+            .map_err(|e| format!("open {}: {e}", over_path.display()))?;
+        over.write_all(&vec![0u8; OVER_SIZE as usize])
+            .and_then(|_| over.sync_all())
+            .map_err(|e| e.to_string())?;
+        let mut p = FsyncProbe {
+            file,
+            path,
+            acc: Acc::default(),
+            over,
+            over_path,
+            over_off: 0,
+            over_acc: Acc::default(),
+        };
+        // Warm-up: the first appends allocate the file's first blocks.
+        p.run(20)?;
+        p.acc = Acc::default();
+        p.over_acc = Acc::default();
+        Ok(p)
     }
-    let mut lats = Vec::with_capacity(n);
-    let start = Instant::now();
-    for _ in 0..n {
-        let t = Instant::now();
-        f.write_all(&block).map_err(|e| e.to_string())?;
-        f.sync_data().map_err(|e| e.to_string())?;
-        lats.push(t.elapsed());
+
+    fn run(&mut self, n: usize) -> Res<()> {
+        use std::os::unix::fs::FileExt;
+        let block = [b'x'; 256];
+        let mut lats = Vec::with_capacity(n);
+        let start = Instant::now();
+        for _ in 0..n {
+            let t = Instant::now();
+            self.file.write_all(&block).map_err(|e| e.to_string())?;
+            self.file.sync_data().map_err(|e| e.to_string())?;
+            lats.push(t.elapsed());
+        }
+        self.acc
+            .add(lats, start.elapsed(), &Vec::new(), &Vec::new());
+        let mut lats = Vec::with_capacity(n);
+        let start = Instant::now();
+        for _ in 0..n {
+            let t = Instant::now();
+            self.over
+                .write_all_at(&block, self.over_off)
+                .map_err(|e| e.to_string())?;
+            self.over.sync_data().map_err(|e| e.to_string())?;
+            self.over_off = (self.over_off + 256) % OVER_SIZE;
+            lats.push(t.elapsed());
+        }
+        self.over_acc
+            .add(lats, start.elapsed(), &Vec::new(), &Vec::new());
+        Ok(())
     }
-    let wall = start.elapsed();
-    drop(f);
-    let _ = std::fs::remove_file(&path);
-    Ok(Lat::from(lats, wall))
+}
+
+impl Drop for FsyncProbe {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+        let _ = std::fs::remove_file(&self.over_path);
+    }
 }
 
 // ---------------------------------------------------------------------------------------
-// The per-daemon suite.
+// The daemons under test.
 
 struct Suite {
     kind: Kind,
-    /// The machine's fsync rate, measured just before this daemon was started.
+    /// The machine's fsync rate (measured interleaved with the sequential phase).
     fsync: Lat,
     version: String,
     /// `ping` round trips (no ledger work): the IPC floor, new connection / persistent.
@@ -358,205 +433,284 @@ fn setup_group(d: &Daemon, title: &str) -> Res<(String, String)> {
     Ok((gid, created))
 }
 
-fn run_suite(kind: Kind, bin: &Path, home: &Path, o: &Opts, t0: Instant) -> Res<Suite> {
-    let name = kind.name();
-    // The machine is shared: measure fsync again right before each daemon's run, so the
-    // daemon's latency can be compared with the disk as it was at that moment.
-    let fsync = fsync_bench(home.parent().unwrap_or(home), o.fsync_n)?;
-    progress(
-        t0,
-        &format!(
-            "{name}: fsync just before: p50 {:.1} µs, {:.0} ops/s",
-            fsync.p50_us, fsync.per_s
-        ),
-    );
-    progress(t0, &format!("{name}: starting {}", bin.display()));
-    let mut d = Daemon::start(kind, bin, home)?;
-    progress(t0, &format!("{name}: up (version {})", d.version));
-    let (gid, created_at) = setup_group(&d, "bench-send")?;
-    // Sanity: one send must come back with an event id.
-    {
+/// One running daemon with its send group and its measurements so far.
+struct Target {
+    kind: Kind,
+    d: Daemon,
+    gid: String,
+    created_at: String,
+    /// chat.message events sent into `gid` so far.
+    sent: usize,
+    /// Persistent connections for the sequential phase (one for ping, one for send).
+    ping_conn: Conn,
+    send_conn: Conn,
+    ping_new_conn: Acc,
+    ping_persistent: Acc,
+    new_conn: Acc,
+    persistent: Acc,
+    levels: Vec<(usize, Acc)>,
+}
+
+impl Target {
+    fn start(kind: Kind, bin: &Path, root: &Path, t0: Instant) -> Res<Self> {
+        let name = kind.name();
+        progress(t0, &format!("{name}: starting {}", bin.display()));
+        let d = Daemon::start(kind, bin, &root.join(name.to_lowercase()))?;
+        progress(t0, &format!("{name}: up (version {})", d.version));
+        let (gid, created_at) = setup_group(&d, "bench-send")?;
+        // Sanity: a send must come back with an event id.
         let mut c = d.connect()?;
         let r = c.call("send", json!({"group_id": gid, "by": "user", "to": ["bench-peer"], "message_mode": "mail", "text": "hello"}))?;
         r.pointer("/event/id")
             .and_then(Value::as_str)
             .ok_or("send: no event.id in result")?;
-    }
-    let mut sent = 1usize;
-
-    let pings = (o.n / 4).max(50);
-    let ping = conn::ping_line();
-    let ping_new_conn = seq_new_conn(&d, &vec![ping.clone(); pings + o.warmup], o.warmup)?;
-    let ping_persistent = seq_persistent(&d, &vec![ping; pings + o.warmup], o.warmup)?;
-    progress(
-        t0,
-        &format!(
-            "{name}: ping p50: new conn {:.0} µs, persistent {:.0} µs",
-            ping_new_conn.p50_us, ping_persistent.p50_us
-        ),
-    );
-
-    let reqs: Vec<Vec<u8>> = (0..o.n + o.warmup)
-        .map(|i| send_line(&gid, &text("newconn", i)))
-        .collect();
-    let new_conn = seq_new_conn(&d, &reqs, o.warmup)?;
-    sent += o.n + o.warmup;
-    progress(
-        t0,
-        &format!(
-            "{name}: send, new conn per request: p50 {:.0} µs, p99 {:.0} µs, {:.0} msgs/s",
-            new_conn.p50_us, new_conn.p99_us, new_conn.per_s
-        ),
-    );
-    let reqs: Vec<Vec<u8>> = (0..o.n + o.warmup)
-        .map(|i| send_line(&gid, &text("persist", i)))
-        .collect();
-    let persistent = seq_persistent(&d, &reqs, o.warmup)?;
-    sent += o.n + o.warmup;
-    progress(
-        t0,
-        &format!(
-            "{name}: send, persistent conn: p50 {:.0} µs, p99 {:.0} µs, {:.0} msgs/s",
-            persistent.p50_us, persistent.p99_us, persistent.per_s
-        ),
-    );
-
-    let mut levels = Vec::new();
-    for &clients in &o.levels {
-        let per = o.conc_total.div_ceil(clients);
-        let l = concurrent(&d, &gid, clients, per)?;
-        sent += clients * per;
-        progress(
-            t0,
-            &format!(
-                "{name}: {clients:>2} clients x {per}: {:.0} msgs/s (p50 {:.0} µs, p99 {:.0} µs)",
-                l.per_s, l.p50_us, l.p99_us
-            ),
-        );
-        levels.push((clients, l));
+        let ping_conn = d.connect()?;
+        Ok(Target {
+            kind,
+            d,
+            gid,
+            created_at,
+            sent: 1,
+            ping_conn,
+            send_conn: c,
+            ping_new_conn: Acc::default(),
+            ping_persistent: Acc::default(),
+            new_conn: Acc::default(),
+            persistent: Acc::default(),
+            levels: Vec::new(),
+        })
     }
 
-    let (replay, replay_capped) = match kind {
-        Kind::Convene => {
-            let (rgid, _) = setup_group(&d, "bench-replay")?;
-            let before = stats::snapshot(d.pid());
-            let t = Instant::now();
-            preload(&d, &rgid, o.replay, o.preload_clients)?;
-            let pre_wall = t.elapsed();
-            let preload_cpu = Cpu::between(&before, &stats::snapshot(d.pid()), pre_wall, o.replay);
-            let pre = pre_wall.as_secs_f64();
-            progress(
-                t0,
-                &format!(
-                    "{name}: pre-loaded {} events in {pre:.1} s ({:.0}/s)",
-                    o.replay,
-                    o.replay as f64 / pre
-                ),
-            );
-            let mut r = replay_convene(&d, &rgid, None)?;
-            r.preload_secs = Some(pre);
-            r.preload_cpu = preload_cpu;
-            r.loaded = o.replay;
-            progress(
-                t0,
-                &format!(
-                    "{name}: replay {} events in {:.3} s ({:.0} events/s)",
-                    r.received,
-                    r.secs,
-                    r.per_s()
-                ),
-            );
-            let mut capped = replay_convene(&d, &rgid, Some(2000))?;
-            capped.loaded = o.replay;
-            (r, Some(capped))
-        }
-        Kind::Cccc => {
-            // The send benches already put `sent` chat.message events into this group.
-            let r = replay_cccc(&d, &gid, &created_at, sent)?;
-            progress(
-                t0,
-                &format!(
-                    "{name}: stream since_ts gave {} of {} events in {:.3} s ({})",
-                    r.received, r.loaded, r.secs, r.note
-                ),
-            );
-            (r, None)
-        }
-    };
-    let version = d.version.clone();
-    d.stop();
-    progress(t0, &format!("{name}: stopped"));
-    Ok(Suite {
-        kind,
-        fsync,
-        version,
-        ping_new_conn,
-        ping_persistent,
-        new_conn,
-        persistent,
-        levels,
-        replay,
-        replay_capped,
-    })
+    /// `k` send request lines with unique texts.
+    fn sends(&mut self, tag: &str, k: usize) -> Vec<Vec<u8>> {
+        let base = self.sent;
+        self.sent += k;
+        (0..k)
+            .map(|i| send_line(&self.gid, &text(tag, base + i)))
+            .collect()
+    }
+
+    /// Runs the replay part and stops the daemon.
+    fn finish(mut self, o: &Opts, fsync: &Lat, t0: Instant) -> Res<Suite> {
+        let name = self.kind.name();
+        let d = &self.d;
+        let (replay, replay_capped) = match self.kind {
+            Kind::Convene => {
+                let (rgid, _) = setup_group(d, "bench-replay")?;
+                let before = stats::snapshot(d.pid());
+                let t = Instant::now();
+                preload(d, &rgid, o.replay, o.preload_clients)?;
+                let pre_wall = t.elapsed();
+                let preload_cpu =
+                    Cpu::between(&before, &stats::snapshot(d.pid()), pre_wall, o.replay);
+                let pre = pre_wall.as_secs_f64();
+                progress(
+                    t0,
+                    &format!(
+                        "{name}: pre-loaded {} events in {pre:.1} s ({:.0}/s)",
+                        o.replay,
+                        o.replay as f64 / pre
+                    ),
+                );
+                let mut r = replay_convene(d, &rgid, None)?;
+                r.preload_secs = Some(pre);
+                r.preload_cpu = preload_cpu;
+                r.loaded = o.replay;
+                progress(
+                    t0,
+                    &format!(
+                        "{name}: replay {} events in {:.3} s ({:.0} events/s)",
+                        r.received,
+                        r.secs,
+                        r.per_s()
+                    ),
+                );
+                let mut capped = replay_convene(d, &rgid, Some(2000))?;
+                capped.loaded = o.replay;
+                (r, Some(capped))
+            }
+            Kind::Cccc => {
+                // The send benches already put `sent` chat.message events into this group.
+                let r = replay_cccc(d, &self.gid, &self.created_at, self.sent)?;
+                progress(
+                    t0,
+                    &format!(
+                        "{name}: stream since_ts gave {} of {} events in {:.3} s ({})",
+                        r.received, r.loaded, r.secs, r.note
+                    ),
+                );
+                (r, None)
+            }
+        };
+        let version = self.d.version.clone();
+        self.d.stop();
+        progress(t0, &format!("{name}: stopped"));
+        Ok(Suite {
+            kind: self.kind,
+            fsync: fsync.clone(),
+            version,
+            ping_new_conn: self.ping_new_conn.finish(),
+            ping_persistent: self.ping_persistent.finish(),
+            new_conn: self.new_conn.finish(),
+            persistent: self.persistent.finish(),
+            levels: self
+                .levels
+                .into_iter()
+                .map(|(c, a)| (c, a.finish()))
+                .collect(),
+            replay,
+            replay_capped,
+        })
+    }
 }
 
 // ---------------------------------------------------------------------------------------
-// 2. Sequential durable send.
+// 2. Sequential durable send (and the ping floor), interleaved in rounds.
 
-/// Summarises latencies and attaches the daemon CPU used since `before`.
-fn finish(d: &Daemon, lats: Vec<Duration>, wall: Duration, before: &stats::Snapshot) -> Lat {
-    let after = stats::snapshot(d.pid());
-    let mut l = Lat::from(lats, wall);
-    l.cpu = Cpu::between(before, &after, wall, l.n);
-    l
+fn sequential_phase(
+    o: &Opts,
+    targets: &mut [Target],
+    probe: &mut FsyncProbe,
+    t0: Instant,
+) -> Res<()> {
+    let rounds = if o.quick { 4 } else { 10 };
+    let pings = (o.n / 4).max(50);
+    // Warm-up: connections, caches, the first pages of each ledger.
+    for t in targets.iter_mut() {
+        let ping = vec![conn::ping_line(); o.warmup];
+        new_conn_chunk(&t.d, &ping, &mut Acc::default())?;
+        persistent_chunk(&t.d, &mut t.ping_conn, &ping, &mut Acc::default())?;
+        let reqs = t.sends("warm-new", o.warmup);
+        new_conn_chunk(&t.d, &reqs, &mut Acc::default())?;
+        let reqs = t.sends("warm-persist", o.warmup);
+        persistent_chunk(&t.d, &mut t.send_conn, &reqs, &mut Acc::default())?;
+    }
+    let share = |total: usize, r: usize| total / rounds + usize::from(r < total % rounds);
+    for r in 0..rounds {
+        probe.run(share(o.fsync_n, r))?;
+        // Alternate which daemon goes first.
+        let order: Vec<usize> = if r % 2 == 0 {
+            (0..targets.len()).collect()
+        } else {
+            (0..targets.len()).rev().collect()
+        };
+        for &i in &order {
+            let t = &mut targets[i];
+            let ping = vec![conn::ping_line(); share(pings, r)];
+            new_conn_chunk(&t.d, &ping, &mut t.ping_new_conn)?;
+            persistent_chunk(&t.d, &mut t.ping_conn, &ping, &mut t.ping_persistent)?;
+            let reqs = t.sends("newconn", share(o.n, r));
+            new_conn_chunk(&t.d, &reqs, &mut t.new_conn)?;
+            let reqs = t.sends("persist", share(o.n, r));
+            persistent_chunk(&t.d, &mut t.send_conn, &reqs, &mut t.persistent)?;
+        }
+    }
+    for t in targets.iter() {
+        let (a, b) = (t.new_conn.peek(), t.persistent.peek());
+        progress(
+            t0,
+            &format!(
+                "{}: send p50: new conn {:.0} µs, persistent {:.0} µs",
+                t.kind.name(),
+                a.p50_us,
+                b.p50_us
+            ),
+        );
+    }
+    Ok(())
 }
 
 /// (a) One new connection per request, as the cccc-sdk Python client does.
-fn seq_new_conn(d: &Daemon, reqs: &[Vec<u8>], warmup: usize) -> Res<Lat> {
-    let n = reqs.len() - warmup;
-    for r in &reqs[..warmup] {
-        d.connect()?.roundtrip(r)?;
-    }
-    let mut lats = Vec::with_capacity(n);
+fn new_conn_chunk(d: &Daemon, reqs: &[Vec<u8>], acc: &mut Acc) -> Res<()> {
+    let mut lats = Vec::with_capacity(reqs.len());
     let before = stats::snapshot(d.pid());
     let start = Instant::now();
-    for r in &reqs[warmup..] {
+    for r in reqs {
         let t = Instant::now();
         let mut c = d.connect()?;
         c.roundtrip(r)?;
         drop(c);
         lats.push(t.elapsed());
     }
-    Ok(finish(d, lats, start.elapsed(), &before))
+    let wall = start.elapsed();
+    acc.add(lats, wall, &before, &stats::snapshot(d.pid()));
+    Ok(())
 }
 
 /// (b) One persistent connection.
-fn seq_persistent(d: &Daemon, reqs: &[Vec<u8>], warmup: usize) -> Res<Lat> {
-    let n = reqs.len() - warmup;
-    let mut c = d.connect()?;
-    for r in &reqs[..warmup] {
-        c.roundtrip(r)?;
-    }
-    let mut lats = Vec::with_capacity(n);
+fn persistent_chunk(d: &Daemon, c: &mut Conn, reqs: &[Vec<u8>], acc: &mut Acc) -> Res<()> {
+    let mut lats = Vec::with_capacity(reqs.len());
     let before = stats::snapshot(d.pid());
     let start = Instant::now();
-    for r in &reqs[warmup..] {
+    for r in reqs {
         let t = Instant::now();
         c.roundtrip(r)?;
         lats.push(t.elapsed());
     }
-    Ok(finish(d, lats, start.elapsed(), &before))
+    let wall = start.elapsed();
+    acc.add(lats, wall, &before, &stats::snapshot(d.pid()));
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------
-// 3. Concurrent clients.
+// 3. Concurrent clients, in halves ordered A B B A.
 
-fn concurrent(d: &Daemon, gid: &str, clients: usize, per: usize) -> Res<Lat> {
+fn concurrency_phase(o: &Opts, targets: &mut [Target], t0: Instant) -> Res<()> {
+    for &clients in &o.levels {
+        let per = o.conc_total.div_ceil(clients);
+        let halves = [per / 2, per - per / 2];
+        let n = targets.len();
+        let order: Vec<(usize, usize)> = (0..n)
+            .map(|i| (i, halves[0]))
+            .chain((0..n).rev().map(|i| (i, halves[1])))
+            .collect();
+        for t in targets.iter_mut() {
+            t.levels.push((clients, Acc::default()));
+        }
+        for (i, k) in order {
+            if k == 0 {
+                continue;
+            }
+            let t = &mut targets[i];
+            let tag = format!("c{clients}");
+            let base = t.sent;
+            t.sent += clients * k;
+            let gid = t.gid.clone();
+            let acc = &mut t.levels.last_mut().expect("level").1;
+            concurrent(&t.d, &gid, &tag, base, clients, k, acc)?;
+        }
+        for t in targets.iter() {
+            let l = t.levels.last().expect("level").1.peek();
+            progress(
+                t0,
+                &format!(
+                    "{}: {clients:>2} clients x {per}: {:.0} msgs/s (p50 {:.0} µs, p99 {:.0} µs)",
+                    t.kind.name(),
+                    l.per_s,
+                    l.p50_us,
+                    l.p99_us
+                ),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `clients` threads, each with its own persistent connection, each sending `per` messages.
+fn concurrent(
+    d: &Daemon,
+    gid: &str,
+    tag: &str,
+    base: usize,
+    clients: usize,
+    per: usize,
+    acc: &mut Acc,
+) -> Res<()> {
     let barrier = Arc::new(Barrier::new(clients + 1));
     let mut handles = Vec::with_capacity(clients);
     for t in 0..clients {
         let reqs: Vec<Vec<u8>> = (0..per)
-            .map(|i| send_line(gid, &text(&format!("c{clients}t{t}"), i)))
+            .map(|i| send_line(gid, &text(tag, base + t * per + i)))
             .collect();
         let mut c = d.connect()?;
         let b = barrier.clone();
@@ -587,7 +741,8 @@ fn concurrent(d: &Daemon, gid: &str, clients: usize, per: usize) -> Res<Lat> {
     if let Some(e) = err {
         return Err(format!("{clients} clients: {e}"));
     }
-    Ok(finish(d, all, wall, &before))
+    acc.add(all, wall, &before, &stats::snapshot(d.pid()));
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------
@@ -776,6 +931,8 @@ fn replay_cccc(d: &Daemon, gid: &str, since_ts: &str, expected: usize) -> Res<Re
 
 struct Report {
     fsync: Lat,
+    /// The same write + fdatasync as an overwrite in a preallocated file.
+    fsync_over: Lat,
     convene: Suite,
     cccc: Option<Suite>,
     opts: Opts,
@@ -812,10 +969,17 @@ impl Report {
         ));
         let r = ratio(c.persistent.p50_us, c.fsync.p50_us);
         v.push((
-            "Convene p50 (persistent) / fsync p50 (measured just before)".into(),
+            "Convene p50 (persistent) / fsync p50 (append probe)".into(),
             r,
             "<= 2",
             r.map(|x| x <= 2.0),
+        ));
+        let r = ratio(c.persistent.p50_us, self.fsync_over.p50_us);
+        v.push((
+            "  same, vs overwrite-in-place fsync p50 (informational)".into(),
+            r,
+            "-",
+            None,
         ));
         let top = *self.opts.levels.last().unwrap_or(&64);
         let r = cc.and_then(|k| ratio(Self::level(c, top)?.per_s, Self::level(k, top)?.per_s));
@@ -859,6 +1023,13 @@ impl Report {
             fmt1(self.fsync.p99_us),
             fmt0(self.fsync.per_s)
         );
+        println!(
+            "machine fsync (overwrite 256 B in a preallocated file + fdatasync, n={}): p50 {} µs, p99 {} µs, {} ops/s",
+            self.fsync_over.n,
+            fmt1(self.fsync_over.p50_us),
+            fmt1(self.fsync_over.p99_us),
+            fmt0(self.fsync_over.per_s)
+        );
         println!();
         let kv = k
             .map(|s| format!("CCCC {}", s.version))
@@ -878,7 +1049,7 @@ impl Report {
                 fmt0(l.per_s)
             )
         };
-        row("machine fsync just before: p50 / p99, ops/s", &|s| {
+        row("machine fsync (interleaved): p50 / p99, ops/s", &|s| {
             lat(&s.fsync)
         });
         row("ping (no ledger), new conn: p50 / p99, ops/s", &|s| {
@@ -980,8 +1151,7 @@ impl Report {
             json!({
                 "implementation": s.kind.name(),
                 "version": s.version,
-                "fsync_just_before": s.fsync.json(),
-                "ping_new_conn": s.ping_new_conn.json(),
+                                "ping_new_conn": s.ping_new_conn.json(),
                 "ping_persistent": s.ping_persistent.json(),
                 "send_new_conn": s.new_conn.json(),
                 "send_persistent": s.persistent.json(),
@@ -997,6 +1167,7 @@ impl Report {
             "concurrency_total_per_level": self.opts.conc_total,
             "total_seconds": self.total.as_secs_f64(),
             "fsync": self.fsync.json(),
+            "fsync_overwrite_prealloc": self.fsync_over.json(),
             "convene": suite(&self.convene),
             "cccc": self.cccc.as_ref().map(suite),
             "ratios": self.ratios().into_iter().map(|(n, v, t, p)| json!({"name": n, "value": v, "target": t, "pass": p})).collect::<Vec<_>>(),

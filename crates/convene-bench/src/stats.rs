@@ -124,24 +124,86 @@ pub fn snapshot(pid: u32) -> Snapshot {
     out
 }
 
+/// Adds the per-thread CPU used between `before` and `after` into `into`.
+fn add_deltas(into: &mut Snapshot, before: &Snapshot, after: &Snapshot) {
+    for (tid, name, ns) in after {
+        let was = before
+            .iter()
+            .find(|(t, _, _)| t == tid)
+            .map(|(_, _, n)| *n)
+            .unwrap_or(0);
+        let d = ns.saturating_sub(was);
+        match into.iter_mut().find(|(t, _, _)| t == tid) {
+            Some(e) => e.2 += d,
+            None => into.push((*tid, name.clone(), d)),
+        }
+    }
+}
+
+/// Measurements of one kind accumulated over several interleaved chunks.
+#[derive(Debug, Default)]
+pub struct Acc {
+    lats: Vec<Duration>,
+    wall: Duration,
+    /// Per-thread CPU used during the chunks (deltas).
+    threads: Snapshot,
+    cpu_measured: bool,
+}
+
+impl Acc {
+    /// Adds one chunk: its latencies, its wall time and the daemon's CPU snapshots around it.
+    pub fn add(
+        &mut self,
+        lats: Vec<Duration>,
+        wall: Duration,
+        before: &Snapshot,
+        after: &Snapshot,
+    ) {
+        self.lats.extend(lats);
+        self.wall += wall;
+        if !after.is_empty() {
+            self.cpu_measured = true;
+            add_deltas(&mut self.threads, before, after);
+        }
+    }
+
+    /// The summary so far.
+    pub fn peek(&self) -> Lat {
+        let mut l = Lat::from(self.lats.clone(), self.wall);
+        if self.cpu_measured {
+            l.cpu = Cpu::from_deltas(&self.threads, self.wall, l.n);
+        }
+        l
+    }
+
+    /// The summary.
+    pub fn finish(self) -> Lat {
+        self.peek()
+    }
+}
+
 impl Cpu {
     /// The CPU used between two snapshots over `wall`, for `ops` operations.
     pub fn between(before: &Snapshot, after: &Snapshot, wall: Duration, ops: usize) -> Option<Cpu> {
-        if after.is_empty() || wall.is_zero() {
+        if after.is_empty() {
+            return None;
+        }
+        let mut d = Vec::new();
+        add_deltas(&mut d, before, after);
+        Cpu::from_deltas(&d, wall, ops)
+    }
+
+    /// Summarises per-thread CPU deltas over `wall`, for `ops` operations.
+    pub fn from_deltas(deltas: &Snapshot, wall: Duration, ops: usize) -> Option<Cpu> {
+        if wall.is_zero() {
             return None;
         }
         let mut total = 0u64;
         let mut busiest = (String::new(), 0u64);
-        for (tid, name, ns) in after {
-            let was = before
-                .iter()
-                .find(|(t, _, _)| t == tid)
-                .map(|(_, _, n)| *n)
-                .unwrap_or(0);
-            let d = ns.saturating_sub(was);
+        for (_, name, d) in deltas {
             total += d;
-            if d > busiest.1 {
-                busiest = (name.clone(), d);
+            if *d > busiest.1 {
+                busiest = (name.clone(), *d);
             }
         }
         let wall_ns = wall.as_nanos() as f64;
