@@ -240,6 +240,10 @@ fn run(o: &Opts) -> Res<()> {
         std::fs::write(p, text + "\n").map_err(|e| format!("write {}: {e}", p.display()))?;
         eprintln!("wrote {}", p.display());
     }
+    let c = &report.convene;
+    if !c.replay.valid || c.replay_capped.as_ref().is_some_and(|r| !r.valid) {
+        return Err("Convene replay check failed (see the replay notes)".into());
+    }
     Ok(())
 }
 
@@ -398,6 +402,8 @@ struct Replay {
     /// Request sent → last event line received.
     secs: f64,
     note: String,
+    /// Convene: the count matched head_seq (or the limit) and the seqs were contiguous.
+    valid: bool,
 }
 
 impl Replay {
@@ -834,9 +840,11 @@ fn replay_convene(d: &Daemon, gid: &str, limit: Option<usize>) -> Res<Replay> {
     );
     let secs = last.duration_since(start).as_secs_f64();
     let expected = limit.unwrap_or(head).min(head);
+    let mut valid = true;
     let mut note = format!("{received} event lines of head_seq {head}");
     if received != expected {
         note.push_str(&format!("; EXPECTED {expected}"));
+        valid = false;
     }
     let seq_of = |line: &[u8]| {
         serde_json::from_slice::<Value>(line)
@@ -845,7 +853,10 @@ fn replay_convene(d: &Daemon, gid: &str, limit: Option<usize>) -> Res<Replay> {
     };
     match (seq_of(&first), seq_of(&prev)) {
         (Some(a), Some(b)) if received > 0 && b - a + 1 == received as u64 => {}
-        (a, b) => note.push_str(&format!("; seq check failed (first {a:?}, last {b:?})")),
+        (a, b) => {
+            note.push_str(&format!("; seq check failed (first {a:?}, last {b:?})"));
+            valid = false;
+        }
     }
     if let Some(l) = limit {
         note.push_str(&format!("; limit {l} (CCCC's replay cap)"));
@@ -858,6 +869,7 @@ fn replay_convene(d: &Daemon, gid: &str, limit: Option<usize>) -> Res<Replay> {
         received,
         secs,
         note,
+        valid,
     })
 }
 
@@ -923,6 +935,7 @@ fn replay_cccc(d: &Daemon, gid: &str, since_ts: &str, expected: usize) -> Res<Re
         received,
         secs,
         note,
+        valid: true,
     })
 }
 
