@@ -235,7 +235,15 @@ pub fn write_case(dir: &Path, exports: &[L1Export], chained: bool) -> Result<(),
         let n = format!("{:02}", i + 1);
         let name = format!("receipt-{n}.json");
         write_json(&dir.join(&name), &e.receipt)?;
-        write_json(&dir.join(format!("tool-args-{n}.json")), &e.tool_args)?;
+        // checker 1.4.2 resolves numbered companions with `str.rstrip(".json")`,
+        // which turns "tool-args" into "tool-arg"; only the unnumbered
+        // tool-args.json is found, so single-receipt cases use that name.
+        let args_name = if exports.len() == 1 {
+            "tool-args.json".to_string()
+        } else {
+            format!("tool-args-{n}.json")
+        };
+        write_json(&dir.join(args_name), &e.tool_args)?;
         write_json(
             &dir.join(format!("request-envelope-{n}.json")),
             &e.request_envelope,
