@@ -626,3 +626,76 @@ fn deployment_modes_change_config_hash() {
     let b = Verifier::new(s, keys, default_rules()).unwrap();
     assert_ne!(a.config_hash(), b.config_hash());
 }
+
+#[test]
+fn ccs_5_1_1_config_fields_and_hash() {
+    let v = verifier();
+    let c = serde_json::to_value(v.config()).unwrap();
+    for f in [
+        "rules",
+        "policy_version",
+        "signing_key_id",
+        "verifier_version",
+        "schema_version",
+        "deployment_mode",
+        "manifest_hash",
+    ] {
+        assert!(c.get(f).is_some(), "CCS-5.1-1 missing {f}");
+    }
+    assert_eq!(c["schema_version"], "1.3");
+    assert_eq!(c["deployment_mode"], "in-process");
+    // CCS-5.2-1 / CCS-5.3-1: hex SHA-256 over the RFC 8785 form.
+    let want = crate::jcs::sha256_hex(crate::jcs::canonicalize(&c).unwrap().as_bytes());
+    assert_eq!(v.config_hash(), want);
+}
+
+#[test]
+fn ccs_6_1_request_hash_and_key_never_in_band() {
+    let v = verifier();
+    let i = intake("search_web", json!({"query":"weather in Tokyo"}));
+    let r = v.issue(&i).unwrap().receipt;
+    let req = json!({"agent_id":"test-agent","tool":"search_web","params":{"query":"weather in Tokyo"},
+                     "timestamp":1722384000.0,"trace_id":"0000000000000001"});
+    assert_eq!(
+        r.request_hash,
+        format!("sha256:{}", crate::jcs::jcs_sha256_hex(&req).unwrap())
+    );
+    // CCS-7.2-3: the HMAC secret is never transmitted with the receipt.
+    let wire = r.to_value().unwrap().to_string();
+    assert!(!wire.contains(&hex::encode(v.keys().hmac_secret())));
+    assert!(!wire.contains(&hex::encode(&v.keys().hmac_secret()[..8])));
+}
+
+#[test]
+fn ccs_3_4_3_error_response_is_never_a_receipt() {
+    let v = verifier();
+    let mut bad = intake("search_web", json!({}));
+    bad.as_object_mut().unwrap().remove("trace_id");
+    let err = v.issue(&bad).unwrap_err().to_response();
+    assert!(crate::receipt::Receipt::from_value(&err).is_err());
+    let mut r = v
+        .issue(&intake("t", json!({})))
+        .unwrap()
+        .receipt
+        .to_value()
+        .unwrap();
+    r["error_code"] = json!("INTAKE_MALFORMED");
+    assert!(crate::receipt::Receipt::from_value(&r).is_err());
+}
+
+#[test]
+fn ccs_11_2_2_envelope_version_must_be_1_3() {
+    let v = verifier();
+    let r = v.issue(&intake("t", json!({}))).unwrap().receipt;
+    let mut env = crate::chain::Envelope::wrap(&r, "child", "why", 1, None).unwrap();
+    let mut ts = TrustStore::default();
+    let pk = base64::engine::general_purpose::STANDARD.encode(v.keys().public().to_bytes());
+    ts.enroll(&v.settings().issuer, &pk, &v.keys().fingerprint())
+        .unwrap();
+    assert!(env.verify(&ts, None).is_ok());
+    env.envelope_version = "1.2".into();
+    assert_eq!(
+        env.verify(&ts, None),
+        Err(crate::chain::EnvelopeRejection::Malformed)
+    );
+}
