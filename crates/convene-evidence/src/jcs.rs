@@ -29,7 +29,8 @@ pub fn jcs_sha256_hex(v: &Value) -> Result<String, EvidenceError> {
     Ok(sha256_hex(canonicalize(v)?.as_bytes()))
 }
 
-fn write_value(v: &Value, out: &mut String) -> Result<(), EvidenceError> {
+/// Append the canonical form of a value.
+pub(crate) fn write_value(v: &Value, out: &mut String) -> Result<(), EvidenceError> {
     match v {
         Value::Null => out.push_str("null"),
         Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
@@ -47,11 +48,10 @@ fn write_value(v: &Value, out: &mut String) -> Result<(), EvidenceError> {
         }
         Value::Object(m) => {
             // RFC 8785 §3.2.3: sort by UTF-16 code units, not by UTF-8 bytes.
-            let mut keys: Vec<(&String, Vec<u16>)> =
-                m.keys().map(|k| (k, k.encode_utf16().collect())).collect();
-            keys.sort_by(|a, b| a.1.cmp(&b.1));
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort_unstable_by(|a, b| cmp_utf16(a, b));
             out.push('{');
-            for (i, (k, _)) in keys.iter().enumerate() {
+            for (i, k) in keys.iter().enumerate() {
                 if i > 0 {
                     out.push(',');
                 }
@@ -67,21 +67,41 @@ fn write_value(v: &Value, out: &mut String) -> Result<(), EvidenceError> {
     Ok(())
 }
 
-fn write_string(s: &str, out: &mut String) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\u{08}' => out.push_str("\\b"),
-            '\u{0C}' => out.push_str("\\f"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
+/// Compare two keys by UTF-16 code units (byte order is identical for ASCII).
+pub(crate) fn cmp_utf16(a: &str, b: &str) -> std::cmp::Ordering {
+    if a.is_ascii() && b.is_ascii() {
+        a.cmp(b)
+    } else {
+        a.encode_utf16().cmp(b.encode_utf16())
     }
+}
+
+/// Append a JSON string literal with RFC 8785 escaping.
+pub(crate) fn write_string(s: &str, out: &mut String) {
+    out.push('"');
+    // Copy unescaped runs in one go; only control characters, '"' and '\\' need work.
+    let bytes = s.as_bytes();
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let esc: Option<&str> = match b {
+            b'"' => Some("\\\""),
+            b'\\' => Some("\\\\"),
+            0x08 => Some("\\b"),
+            0x0C => Some("\\f"),
+            b'\n' => Some("\\n"),
+            b'\r' => Some("\\r"),
+            b'\t' => Some("\\t"),
+            0..=0x1f => None,
+            _ => continue,
+        };
+        out.push_str(&s[start..i]);
+        match esc {
+            Some(e) => out.push_str(e),
+            None => out.push_str(&format!("\\u{:04x}", b)),
+        }
+        start = i + 1;
+    }
+    out.push_str(&s[start..]);
     out.push('"');
 }
 

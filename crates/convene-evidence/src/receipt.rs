@@ -1,7 +1,7 @@
 //! The CCS receipt (§4): fields, signed bytes, HMAC and Ed25519 signatures.
 
 use crate::error::EvidenceError;
-use crate::jcs::{canonicalize, format_python_float, sha256_hex};
+use crate::jcs::{format_python_float, sha256_hex};
 use crate::keys::{verify_sig, KeyMaterial};
 use ed25519_dalek::VerifyingKey;
 use hmac::{Hmac, Mac};
@@ -19,6 +19,17 @@ pub enum Verdict {
     Deny,
     /// The verifier cannot decide.
     Escalate,
+}
+
+impl OutcomeStatus {
+    /// Wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Confirmed => "confirmed",
+            Self::Dispatched => "dispatched",
+            Self::Indeterminate => "indeterminate",
+        }
+    }
 }
 
 impl Verdict {
@@ -164,11 +175,92 @@ impl Receipt {
 
     /// Canonical bytes covered by the Ed25519 signature (all fields but `signature`).
     pub fn signature_payload(&self) -> Result<String, EvidenceError> {
-        let mut v = serde_json::to_value(self)?;
-        if let Some(o) = v.as_object_mut() {
-            o.remove("signature");
+        self.canonical(false)
+    }
+
+    /// RFC 8785 form written directly (hot path); equal to JCS of the serde value.
+    fn canonical(&self, with_signature: bool) -> Result<String, EvidenceError> {
+        use crate::jcs::{format_es6, write_string, write_value, MAX_SAFE_INTEGER};
+        let mut o = String::with_capacity(1024);
+        let mut first = true;
+        let mut key = |o: &mut String, k: &str| {
+            o.push(if first { '{' } else { ',' });
+            first = false;
+            write_string(k, o);
+            o.push(':');
+        };
+        // Keys in RFC 8785 order (all ASCII, so byte order is UTF-16 order).
+        key(&mut o, "action");
+        write_string(&self.action, &mut o);
+        key(&mut o, "audience");
+        write_string(&self.audience, &mut o);
+        key(&mut o, "block_reason");
+        write_string(&self.block_reason, &mut o);
+        if let Some(c) = &self.challenge {
+            key(&mut o, "challenge");
+            write_value(c, &mut o)?;
         }
-        canonicalize(&v)
+        if let Some(c) = &self.comparison_axis {
+            key(&mut o, "comparison_axis");
+            write_value(c, &mut o)?;
+        }
+        key(&mut o, "config_hash");
+        write_string(&self.config_hash, &mut o);
+        key(&mut o, "expires_at");
+        o.push_str(&format_es6(self.expires_at)?);
+        key(&mut o, "issued_at");
+        o.push_str(&format_es6(self.issued_at)?);
+        key(&mut o, "issuer");
+        write_string(&self.issuer, &mut o);
+        key(&mut o, "max_clock_skew");
+        o.push_str(&format_es6(self.max_clock_skew)?);
+        key(&mut o, "nonce");
+        write_string(&self.nonce, &mut o);
+        if let Some(st) = self.outcome_status {
+            key(&mut o, "outcome_status");
+            write_string(st.as_str(), &mut o);
+        }
+        key(&mut o, "params_hash");
+        write_string(&self.params_hash, &mut o);
+        if let Some(p) = &self.parent_trace_id {
+            key(&mut o, "parent_trace_id");
+            write_string(p, &mut o);
+        }
+        if let Some(p) = &self.previous_receipt_hash {
+            key(&mut o, "previous_receipt_hash");
+            write_string(p, &mut o);
+        }
+        key(&mut o, "receipt");
+        write_string(&self.receipt, &mut o);
+        key(&mut o, "request_hash");
+        write_string(&self.request_hash, &mut o);
+        key(&mut o, "response_hash");
+        write_string(&self.response_hash, &mut o);
+        key(&mut o, "rule_summary");
+        write_string(&self.rule_summary, &mut o);
+        key(&mut o, "runtime_context_hash");
+        write_string(&self.runtime_context_hash, &mut o);
+        key(&mut o, "sequence");
+        if self.sequence > MAX_SAFE_INTEGER {
+            return Err(EvidenceError::Canonical("sequence beyond 2^53".into()));
+        }
+        o.push_str(&self.sequence.to_string());
+        if with_signature {
+            key(&mut o, "signature");
+            write_string(&self.signature, &mut o);
+        }
+        key(&mut o, "timestamp");
+        o.push_str(&format_es6(self.timestamp)?);
+        key(&mut o, "tool");
+        write_string(&self.tool, &mut o);
+        key(&mut o, "trace_id");
+        write_string(&self.trace_id, &mut o);
+        key(&mut o, "verdict");
+        write_string(self.verdict.as_str(), &mut o);
+        key(&mut o, "verified_at");
+        o.push_str(&format_es6(self.verified_at)?);
+        o.push('}');
+        Ok(o)
     }
 
     /// Recompute HMAC and Ed25519 signature with the given keys.
@@ -189,10 +281,9 @@ impl Receipt {
 
     /// "sha256:" + hex SHA-256 of the JCS of the full receipt (chain linkage).
     pub fn receipt_hash(&self) -> Result<String, EvidenceError> {
-        let v = serde_json::to_value(self)?;
         Ok(format!(
             "sha256:{}",
-            sha256_hex(canonicalize(&v)?.as_bytes())
+            sha256_hex(self.canonical(true)?.as_bytes())
         ))
     }
 
@@ -215,4 +306,65 @@ impl Receipt {
 /// Compute `action` for a tool and full params hash (§6.4).
 pub fn action_for(tool: &str, params_hash: &str) -> String {
     format!("ccs:tool-invoke:{tool}:{params_hash}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn sample() -> Receipt {
+        Receipt {
+            trace_id: "t\u{e9}\"x".into(),
+            verdict: Verdict::Deny,
+            timestamp: 1722384000.123456,
+            tool: "shell_exec".into(),
+            params_hash: "ab".repeat(32),
+            rule_summary: "a=allow|b=deny".into(),
+            receipt: "00".repeat(16),
+            verified_at: 1722384000.5,
+            block_reason: "RCE\n".into(),
+            request_hash: "sha256:x".into(),
+            response_hash: String::new(),
+            runtime_context_hash: "sha256:y".into(),
+            action: "ccs:tool-invoke:shell_exec:ab".into(),
+            config_hash: "cd".repeat(32),
+            issuer: "https://i".into(),
+            audience: "https://a".into(),
+            nonce: "ef".repeat(16),
+            sequence: 42,
+            issued_at: 1722384000.0,
+            expires_at: 1722384060.0,
+            max_clock_skew: 30.0,
+            signature: "ff".repeat(64),
+            outcome_status: Some(OutcomeStatus::Confirmed),
+            previous_receipt_hash: Some("sha256:p".into()),
+            parent_trace_id: Some("parent".into()),
+            challenge: Some(json!({"missing":["x"],"\u{20ac}":1,"a":1.5})),
+            comparison_axis: Some(json!({"verdict":"UNDECIDED"})),
+        }
+    }
+
+    fn generic(r: &Receipt, with_sig: bool) -> String {
+        let mut v = serde_json::to_value(r).unwrap();
+        if !with_sig {
+            v.as_object_mut().unwrap().remove("signature");
+        }
+        crate::jcs::canonicalize(&v).unwrap()
+    }
+
+    #[test]
+    fn ccs_14_1_direct_canonical_writer_equals_generic_jcs() {
+        let mut r = sample();
+        assert_eq!(r.canonical(false).unwrap(), generic(&r, false));
+        assert_eq!(r.canonical(true).unwrap(), generic(&r, true));
+        r.outcome_status = None;
+        r.previous_receipt_hash = None;
+        r.parent_trace_id = None;
+        r.challenge = None;
+        r.comparison_axis = None;
+        r.verdict = Verdict::Allow;
+        assert_eq!(r.canonical(false).unwrap(), generic(&r, false));
+        assert_eq!(r.canonical(true).unwrap(), generic(&r, true));
+    }
 }
