@@ -81,9 +81,14 @@ pub fn parse_value(v: &Value) -> Result<Command, IntakeError> {
         .filter(|s| s.len() <= 128)
         .map(|s| s.nfc().collect::<String>());
 
-    // Total size is measured on the canonical form so whitespace cannot hide bulk.
-    let total = canonicalize(v).map_err(|e| err(C::IntakeMalformed, e.to_string(), &trace))?;
-    if total.len() > MAX_TOTAL {
+    // Total size is measured on the canonical form so whitespace cannot hide bulk;
+    // the exact form is only computed when a cheap upper bound could exceed the limit.
+    if size_upper_bound(v) > MAX_TOTAL
+        && canonicalize(v)
+            .map_err(|e| err(C::IntakeMalformed, e.to_string(), &trace))?
+            .len()
+            > MAX_TOTAL
+    {
         return Err(err(
             C::IntakeOverflow,
             "intake message exceeds 128 KB",
@@ -217,6 +222,31 @@ pub fn parse_value(v: &Value) -> Result<Command, IntakeError> {
     })
 }
 
+/// Over-estimate of the canonical length (every byte escaped as \\uXXXX, 32 per number).
+fn size_upper_bound(v: &Value) -> usize {
+    match v {
+        Value::Null | Value::Bool(_) => 5,
+        Value::Number(_) => 32,
+        Value::String(s) => s.len() * 6 + 2,
+        Value::Array(a) => 2 + a.iter().map(|x| size_upper_bound(x) + 1).sum::<usize>(),
+        Value::Object(m) => {
+            2 + m
+                .iter()
+                .map(|(k, x)| k.len() * 6 + 4 + size_upper_bound(x))
+                .sum::<usize>()
+        }
+    }
+}
+
+/// NFC form; ASCII is already NFC, so skip the normalizer for it.
+fn nfc(s: &str) -> String {
+    if s.is_ascii() {
+        s.to_string()
+    } else {
+        s.nfc().collect()
+    }
+}
+
 fn truncate(s: &str) -> String {
     s.chars().take(64).collect()
 }
@@ -227,7 +257,7 @@ fn get_str(
     trace: &Option<String>,
 ) -> Result<String, IntakeError> {
     match obj.get(f) {
-        Some(Value::String(s)) => Ok(s.nfc().collect()),
+        Some(Value::String(s)) => Ok(nfc(s)),
         _ => Err(err(
             C::IntakeMalformed,
             format!("Field '{f}' must be a string"),
@@ -239,12 +269,12 @@ fn get_str(
 /// NFC-normalize every string (keys included) and refuse non-I-JSON numbers.
 fn nfc_value(v: &Value) -> Result<Value, String> {
     Ok(match v {
-        Value::String(s) => Value::String(s.nfc().collect()),
+        Value::String(s) => Value::String(nfc(s)),
         Value::Array(a) => Value::Array(a.iter().map(nfc_value).collect::<Result<_, _>>()?),
         Value::Object(m) => {
             let mut out = Map::new();
             for (k, val) in m {
-                let nk: String = k.nfc().collect();
+                let nk = nfc(k);
                 // Two keys that normalize to the same NFC form would silently collapse.
                 if out.insert(nk, nfc_value(val)?).is_some() {
                     return Err("duplicate key after NFC normalization".into());

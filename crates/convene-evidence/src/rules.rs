@@ -245,13 +245,16 @@ impl Rule for RceProtection {
     fn evaluate(&self, ctx: &RuleContext<'_>) -> RuleOutcome {
         let mut all = Vec::new();
         strings(&ctx.cmd.params, None, &mut all);
+        let mut norm = String::new();
         for (_, s) in all {
             // Collapse whitespace runs so "rm   -rf  /" cannot dodge the match.
-            let norm = s
-                .split_whitespace()
-                .collect::<Vec<_>>()
-                .join(" ")
-                .to_ascii_lowercase();
+            norm.clear();
+            for w in s.split_whitespace() {
+                if !norm.is_empty() {
+                    norm.push(' ');
+                }
+                norm.extend(w.chars().map(|c| c.to_ascii_lowercase()));
+            }
             for (pat, what) in RCE_PATTERNS {
                 if norm.contains(pat) {
                     return RuleOutcome::deny(format!("RCE pattern detected: {what}"));
@@ -295,6 +298,16 @@ fn has_prefixed_token(s: &str, prefix: &str, min_len: usize, charset: fn(char) -
     false
 }
 
+/// `password`, `db_password`, `API_KEY`... (case-insensitive, exact or `_`-suffixed).
+fn secret_key_name(k: &str) -> bool {
+    SECRET_KEYS.iter().any(|sk| {
+        k.len() >= sk.len()
+            && k.is_char_boundary(k.len() - sk.len())
+            && k[k.len() - sk.len()..].eq_ignore_ascii_case(sk)
+            && (k.len() == sk.len() || k.as_bytes()[k.len() - sk.len() - 1] == b'_')
+    })
+}
+
 impl CredentialLeak {
     fn scan(s: &str) -> Option<&'static str> {
         if has_prefixed_token(s, "AKIA", 16, |c| {
@@ -324,33 +337,37 @@ impl CredentialLeak {
             return Some("API secret key");
         }
         // JWT: three base64url segments, the first two starting with '{"' encoded.
-        for w in s.split(|c: char| c.is_whitespace() || c == '"' || c == '\'') {
-            let w = w.trim_start_matches("Bearer");
-            let parts: Vec<&str> = w.split('.').collect();
-            if parts.len() == 3
-                && parts[0].starts_with("eyJ")
-                && parts[1].starts_with("eyJ")
-                && parts[2].len() >= 16
-            {
-                return Some("JWT bearer token");
+        if s.contains("eyJ") {
+            for w in s.split(|c: char| c.is_whitespace() || c == '"' || c == '\'') {
+                let mut parts = w.split('.');
+                if let (Some(a), Some(b), Some(c), None) =
+                    (parts.next(), parts.next(), parts.next(), parts.next())
+                {
+                    if a.starts_with("eyJ") && b.starts_with("eyJ") && c.len() >= 16 {
+                        return Some("JWT bearer token");
+                    }
+                }
             }
         }
-        let lower = s.to_ascii_lowercase();
-        for k in [
-            "password=",
-            "passwd=",
-            "api_key=",
-            "apikey=",
-            "secret=",
-            "token=",
-        ] {
-            if let Some(i) = lower.find(k) {
-                let v: String = lower[i + k.len()..]
-                    .chars()
-                    .take_while(|c| !c.is_whitespace() && *c != '&')
-                    .collect();
-                if v.len() >= 6 {
-                    return Some("inline credential assignment");
+        // Inline assignments need an '='; skip the lowercase copy otherwise.
+        if s.contains('=') {
+            let lower = s.to_ascii_lowercase();
+            for k in [
+                "password=",
+                "passwd=",
+                "api_key=",
+                "apikey=",
+                "secret=",
+                "token=",
+            ] {
+                if let Some(i) = lower.find(k) {
+                    let n = lower[i + k.len()..]
+                        .chars()
+                        .take_while(|c| !c.is_whitespace() && *c != '&')
+                        .count();
+                    if n >= 6 {
+                        return Some("inline credential assignment");
+                    }
                 }
             }
         }
@@ -366,13 +383,8 @@ impl Rule for CredentialLeak {
         let mut all = Vec::new();
         strings(&ctx.cmd.params, None, &mut all);
         for (key, s) in all {
-            if let Some(k) = key {
-                let kl = k.to_ascii_lowercase();
-                if SECRET_KEYS
-                    .iter()
-                    .any(|sk| kl == *sk || kl.ends_with(&format!("_{sk}")))
-                    && s.len() >= 4
-                {
+            if let Some(k) = key.filter(|_| s.len() >= 4) {
+                if secret_key_name(k) {
                     return RuleOutcome::deny(format!(
                         "credential leak: secret-bearing field '{k}'"
                     ));
