@@ -145,10 +145,10 @@ impl ReplayCache {
             .conn
             .lock()
             .map_err(|_| EvidenceError::Invalid("replay cache lock poisoned".into()))?;
-        let n = c.execute(
+        let mut st = c.prepare_cached(
             "INSERT OR IGNORE INTO seen (issuer, nonce, expires_at) VALUES (?1, ?2, ?3)",
-            params![issuer, nonce, expires_at],
         )?;
+        let n = st.execute(params![issuer, nonce, expires_at])?;
         Ok(n == 1)
     }
 

@@ -181,6 +181,9 @@ pub struct EnrolledKey {
     pub state: KeyState,
     /// For Retiring keys: receipts issued after this instant are refused.
     pub retire_after: Option<f64>,
+    /// Decoded key, cached so verification does not re-decompress the point.
+    #[serde(skip)]
+    pub parsed: Option<VerifyingKey>,
 }
 
 /// Consumer-side trust store of pinned keys (§7.2).
@@ -216,6 +219,7 @@ impl TrustStore {
                 fingerprint: fp,
                 state: KeyState::Active,
                 retire_after: None,
+                parsed: Some(pk),
             },
         );
         Ok(())
@@ -306,7 +310,10 @@ impl TrustStore {
         if !ok {
             return None;
         }
-        public_from_b64(&k.public_key).ok()
+        match k.parsed {
+            Some(pk) => Some(pk),
+            None => public_from_b64(&k.public_key).ok(),
+        }
     }
 
     /// All usable keys of an issuer (for receipts that do not name their key).

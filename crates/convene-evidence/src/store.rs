@@ -58,17 +58,12 @@ impl EvidenceStore {
         let h = r.receipt_hash()?;
         let body = serde_json::to_string(r)?;
         let cmd = command.map(|c| c.to_string());
-        let outcome = r
-            .outcome_status
-            .map(|o| serde_json::to_value(o).map(|v| v.to_string()));
-        let outcome = match outcome {
-            Some(Ok(s)) => Some(s.trim_matches('"').to_string()),
-            _ => None,
-        };
-        self.conn.execute(
+        let outcome = r.outcome_status.map(|o| o.as_str());
+        self.conn.prepare_cached(
             "INSERT INTO receipts (receipt_hash, trace_id, tool, verdict, issuer, sequence, issued_at,
              previous_receipt_hash, outcome_status, body, command) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11)",
-            params![
+        )?
+        .execute(params![
                 h,
                 r.trace_id,
                 r.tool,
