@@ -346,3 +346,58 @@ pub fn check(r: &Value) -> Vec<String> {
     }
     problems
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::default_rules;
+    use crate::{Verifier, VerifierSettings};
+
+    #[test]
+    fn export_is_30_fields_signed_and_self_checks() {
+        let keys = KeyMaterial::generate(None);
+        let v = Verifier::new(VerifierSettings::default(), keys.clone(), default_rules()).unwrap();
+        let cmd = json!({"intake_version":"1.3","agent_id":"a","tool":"shell_exec",
+            "params":{"command":"rm -rf /"},"timestamp":1722384000.0,"trace_id":"t"});
+        let issued = v.issue(&cmd).unwrap();
+        let b = issued.bundle().unwrap();
+        let config = serde_json::to_value(v.config()).unwrap();
+        let src = Source {
+            receipt: &issued.receipt,
+            command: &b["command"],
+            config: Some(&config),
+            response: None,
+            latency_us: issued.latency_us,
+        };
+        let e = export(&src, &keys, "t", None).unwrap();
+        assert!(check(&e.receipt).is_empty(), "{:?}", check(&e.receipt));
+        assert_eq!(e.receipt["verdict"], "block");
+        assert_eq!(e.receipt["config_hash"], jcs_sha256_hex(&config).unwrap());
+        assert_eq!(
+            e.receipt["request_hash"],
+            jcs_sha256_hex(&e.request_envelope).unwrap()
+        );
+        let mut t = e.receipt.clone();
+        t["tool"] = json!("other");
+        assert_eq!(check(&t), vec!["signature mismatch".to_string()]);
+        // A bundle whose params do not match the receipt is refused.
+        let mut wrong = b["command"].clone();
+        wrong["params"] = json!({"command": "ls"});
+        let src2 = Source {
+            command: &wrong,
+            ..src
+        };
+        assert!(export(&src2, &keys, "t", None).is_err());
+        // escalate has no representation
+        let mut esc = issued.receipt.clone();
+        esc.verdict = crate::receipt::Verdict::Escalate;
+        let src3 = Source {
+            receipt: &esc,
+            command: &b["command"],
+            config: None,
+            response: None,
+            latency_us: 0,
+        };
+        assert!(export(&src3, &keys, "t", None).is_err());
+    }
+}

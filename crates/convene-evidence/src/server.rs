@@ -120,6 +120,7 @@ pub fn serve(
 pub struct RemoteVerifier {
     socket: PathBuf,
     timeout: Duration,
+    pinned: Option<ed25519_dalek::VerifyingKey>,
 }
 
 impl RemoteVerifier {
@@ -128,6 +129,20 @@ impl RemoteVerifier {
         Self {
             socket: socket.to_path_buf(),
             timeout: DEFAULT_TIMEOUT,
+            pinned: None,
+        }
+    }
+
+    /// Only accept receipts signed by this key (guards against a spoofed socket).
+    pub fn with_pinned_key(mut self, pk: ed25519_dalek::VerifyingKey) -> Self {
+        self.pinned = Some(pk);
+        self
+    }
+
+    fn check_pin(&self, r: &Receipt) -> Result<(), EvidenceError> {
+        match &self.pinned {
+            Some(pk) if !r.verify_signature(pk) => Err(EvidenceError::SignatureInvalid),
+            _ => Ok(()),
         }
     }
 
@@ -164,7 +179,11 @@ impl RemoteVerifier {
         let resp =
             self.call(&json!({"op": "finalize", "receipt": r.to_value()?, "response": response}))?;
         match resp.get("receipt") {
-            Some(x) if resp["ok"] == true => Receipt::from_value(x),
+            Some(x) if resp["ok"] == true => {
+                let r = Receipt::from_value(x)?;
+                self.check_pin(&r)?;
+                Ok(r)
+            }
             _ => Err(EvidenceError::Rejected("finalize refused".into())),
         }
     }
@@ -199,11 +218,64 @@ impl ToolGate for RemoteVerifier {
         }
         let b = &resp["bundle"];
         let receipt = Receipt::from_value(&b["receipt"])?;
+        self.check_pin(&receipt)?;
         let command = intake::parse_value(&b["command"])?;
+        // The receipt must be about the call we asked for, not some other one.
+        let asked = intake::parse_value(intake_v)?;
+        if command.canonical_params != asked.canonical_params
+            || command.tool != asked.tool
+            || receipt.trace_id != asked.trace_id
+        {
+            return Err(EvidenceError::Rejected(
+                "verifier answered for another call".into(),
+            ));
+        }
         Ok(IssuedReceipt {
             receipt,
             command,
             latency_us: b["latency_us"].as_u64().unwrap_or(0),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys::KeyMaterial;
+    use crate::receipt::Verdict;
+    use crate::rules::default_rules;
+    use crate::VerifierSettings;
+
+    #[test]
+    fn ccs_3_1_4_out_of_process_round_trip_and_pinning() {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("v.sock");
+        let keys = KeyMaterial::generate(None);
+        let v = Arc::new(
+            Verifier::new(VerifierSettings::default(), keys.clone(), default_rules()).unwrap(),
+        );
+        let s2 = sock.clone();
+        let h = std::thread::spawn(move || serve(v, &s2, Some(3)));
+        for _ in 0..100 {
+            if sock.exists() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let intake = json!({"intake_version":"1.3","agent_id":"a","tool":"search_web",
+            "params":{"q":"x"},"timestamp":1.0,"trace_id":"t1"});
+        let client = RemoteVerifier::new(&sock).with_pinned_key(keys.public());
+        let got = client.decide(&intake).unwrap();
+        assert_eq!(got.receipt.verdict, Verdict::Allow);
+        let fin = client.finalize(&got.receipt, &json!({"ok": 1})).unwrap();
+        assert!(fin.response_hash.starts_with("sha256:"));
+        // A different pinned key (spoofed verifier) is refused.
+        let other = KeyMaterial::generate(None);
+        let spoofed = RemoteVerifier::new(&sock).with_pinned_key(other.public());
+        assert!(matches!(
+            spoofed.decide(&intake),
+            Err(EvidenceError::SignatureInvalid)
+        ));
+        h.join().unwrap().unwrap();
     }
 }
