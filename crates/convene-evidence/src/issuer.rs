@@ -137,6 +137,8 @@ pub struct Verifier {
     clock: Arc<dyn Fn() -> f64 + Send + Sync>,
     /// Open records whose outcome is indeterminate, by action (§4.5: no blind retries).
     open_indeterminate: Mutex<HashMap<String, String>>,
+    /// Open §4.7 challenges by agent|action, with their absolute deadline.
+    open_challenges: Mutex<HashMap<String, f64>>,
     #[cfg(test)]
     fault: Option<FaultHook>,
 }
@@ -186,6 +188,7 @@ impl Verifier {
             store: None,
             clock: Arc::new(now_unix),
             open_indeterminate: Mutex::new(HashMap::new()),
+            open_challenges: Mutex::new(HashMap::new()),
             #[cfg(test)]
             fault: None,
         })
@@ -366,6 +369,32 @@ impl Verifier {
             if let Some(t) = open.get(&format!("{}|{}", cmd.agent_id, action)) {
                 verdict = Verdict::Deny;
                 reason = format!("indeterminate_outcome_open: {t}");
+            }
+        }
+        {
+            let key = format!("{}|{}", cmd.agent_id, action);
+            let mut open = self
+                .open_challenges
+                .lock()
+                .map_err(|_| fail("intake processing failed"))?;
+            if let Some(deadline) = open.get(&key).copied() {
+                if now > deadline {
+                    // §4.7 step 6: evidence arriving after expires_at does not
+                    // reopen the case; the deny stands for this challenge.
+                    open.remove(&key);
+                    verdict = Verdict::Deny;
+                    reason = "challenge_expired".into();
+                    challenge = None;
+                } else if verdict == Verdict::Allow {
+                    open.remove(&key);
+                }
+            }
+            if let Some(deadline) = challenge
+                .as_ref()
+                .and_then(|c| c.get("expires_at"))
+                .and_then(Value::as_f64)
+            {
+                open.insert(key, deadline);
             }
         }
         let request = json!({

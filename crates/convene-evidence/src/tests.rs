@@ -699,3 +699,42 @@ fn ccs_11_2_2_envelope_version_must_be_1_3() {
         Err(crate::chain::EnvelopeRejection::Malformed)
     );
 }
+
+#[test]
+fn ccs_4_7_challenge_answered_in_time_or_deny_stands() {
+    use std::sync::atomic::AtomicU64;
+    let t = Arc::new(AtomicU64::new(1000f64.to_bits()));
+    let t2 = t.clone();
+    let mut rules = default_rules();
+    rules.push(builtin("policy_floor", Some("mcp-tls-1.2")).unwrap());
+    let v = Verifier::new(
+        VerifierSettings::default(),
+        KeyMaterial::generate(None),
+        rules,
+    )
+    .unwrap()
+    .with_clock(Arc::new(move || f64::from_bits(t2.load(Ordering::SeqCst))));
+    let set = |x: f64| t.store(x.to_bits(), Ordering::SeqCst);
+    let mut bare = intake("search_web", json!({"q":"x"}));
+    bare["runtime_context"] = json!({"server_profile":"mcp-tls-1.3"});
+    let mut with_ev = bare.clone();
+    with_ev["runtime_context"]["evidence"] = json!({"server_tls_certificate_chain":"pem"});
+    // Answered before the deadline: allow.
+    let r = v.issue(&bare).unwrap().receipt;
+    assert_eq!(r.challenge.as_ref().unwrap()["expires_at"], 1030);
+    set(1010.0);
+    assert_eq!(v.issue(&with_ev).unwrap().receipt.verdict, Verdict::Allow);
+    // Answered after the deadline: the deny stands.
+    set(2000.0);
+    assert_eq!(
+        v.issue(&bare).unwrap().receipt.block_reason,
+        "evidence_incomplete"
+    );
+    set(2031.0);
+    let late = v.issue(&with_ev).unwrap().receipt;
+    assert_eq!(late.verdict, Verdict::Deny);
+    assert_eq!(late.block_reason, "challenge_expired");
+    // A fresh evaluation afterwards starts a new case.
+    set(2032.0);
+    assert_eq!(v.issue(&with_ev).unwrap().receipt.verdict, Verdict::Allow);
+}
