@@ -3,6 +3,8 @@
 //! Pipeline: [`intake`] -> [`rules`] -> [`receipt`] (HMAC + Ed25519) -> [`store`];
 //! consumers validate with [`enforce`]; delegations propagate with [`chain`].
 
+#![warn(missing_docs)]
+
 pub mod chain;
 pub mod cli;
 pub mod config;
