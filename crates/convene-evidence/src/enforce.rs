@@ -259,6 +259,7 @@ pub struct Enforcer {
     monitor: DenyRateMonitor,
     alert_threshold: u64,
     failures_by_issuer: Mutex<HashMap<String, u64>>,
+    max_skew: f64,
 }
 
 impl Enforcer {
@@ -272,7 +273,17 @@ impl Enforcer {
             monitor: DenyRateMonitor::default(),
             alert_threshold: 5,
             failures_by_issuer: Mutex::new(HashMap::new()),
+            max_skew: Self::DEFAULT_MAX_SKEW,
         }
+    }
+
+    /// Default cap on a receipt's declared max_clock_skew, seconds.
+    pub const DEFAULT_MAX_SKEW: f64 = 300.0;
+
+    /// Cap the clock skew this consumer tolerates, whatever a receipt declares.
+    pub fn with_max_skew(mut self, secs: f64) -> Self {
+        self.max_skew = secs;
+        self
     }
 
     /// Enroll a shared HMAC secret for an issuer (distributed out of band, §7.2).
@@ -340,9 +351,10 @@ impl Enforcer {
         expected: &Expected<'_>,
         now: f64,
     ) -> Result<Accepted, FailureReport> {
-        // Step 1: freshness.
+        // Step 1: freshness. The receipt's own skew is honoured only up to the
+        // consumer's cap, so an issuer cannot stretch validity with a huge skew.
         let skew = if r.max_clock_skew.is_finite() && r.max_clock_skew >= 0.0 {
-            r.max_clock_skew
+            r.max_clock_skew.min(self.max_skew)
         } else {
             30.0
         };

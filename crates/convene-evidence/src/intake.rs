@@ -200,7 +200,9 @@ pub fn parse_value(v: &Value) -> Result<Command, IntakeError> {
     let delegation_chain = match obj.get("delegation_chain") {
         None | Some(Value::Null) => None,
         Some(d @ Value::Object(_)) => {
-            Some(nfc_value(d).map_err(|m| err(C::IntakeMalformed, m, &trace))?)
+            let d = nfc_value(d).map_err(|m| err(C::IntakeMalformed, m, &trace))?;
+            check_delegation(&d).map_err(|m| err(C::IntakeMalformed, m, &trace))?;
+            Some(d)
         }
         Some(_) => {
             return Err(err(
@@ -220,6 +222,32 @@ pub fn parse_value(v: &Value) -> Result<Command, IntakeError> {
         delegation_chain,
         canonical_params,
     })
+}
+
+/// The linkage fields end up signed in the receipt, so their shape is checked here.
+fn check_delegation(d: &Value) -> Result<(), String> {
+    match d.get("previous_receipt_hash") {
+        None => {}
+        Some(Value::String(h))
+            if h.len() == 71
+                && h.starts_with("sha256:")
+                && h[7..]
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) => {}
+        Some(_) => {
+            return Err("delegation_chain.previous_receipt_hash must be sha256:<64 hex>".into())
+        }
+    }
+    match d.get("parent_trace_id") {
+        None | Some(Value::String(_)) => {}
+        Some(_) => return Err("delegation_chain.parent_trace_id must be a string".into()),
+    }
+    match d.get("hop_count") {
+        None => Ok(()),
+        // §11.2: chains beyond 16 hops are flagged, not extended.
+        Some(h) if h.as_u64().is_some_and(|n| n <= 16) => Ok(()),
+        Some(_) => Err("delegation_chain.hop_count must be an integer in 0..=16".into()),
+    }
 }
 
 /// Over-estimate of the canonical length (every byte escaped as \\uXXXX, 32 per number).
@@ -432,6 +460,20 @@ mod tests {
         );
         let mut v = base();
         v["params"] = json!("a string");
+        assert_eq!(parse_value(&v).unwrap_err().code, C::IntakeMalformed);
+    }
+
+    #[test]
+    fn delegation_chain_shape_checked() {
+        let mut v = base();
+        v["delegation_chain"] = json!({"previous_receipt_hash": format!("sha256:{}", "a".repeat(64)),
+                                        "parent_trace_id": "p", "hop_count": 3});
+        assert!(parse_value(&v).is_ok());
+        v["delegation_chain"]["previous_receipt_hash"] = json!("sha256:XYZ");
+        assert_eq!(parse_value(&v).unwrap_err().code, C::IntakeMalformed);
+        v["delegation_chain"] = json!({"hop_count": 17});
+        assert_eq!(parse_value(&v).unwrap_err().code, C::IntakeMalformed);
+        v["delegation_chain"] = json!([1]);
         assert_eq!(parse_value(&v).unwrap_err().code, C::IntakeMalformed);
     }
 

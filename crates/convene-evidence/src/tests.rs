@@ -738,3 +738,25 @@ fn ccs_4_7_challenge_answered_in_time_or_deny_stands() {
     set(2032.0);
     assert_eq!(v.issue(&with_ev).unwrap().receipt.verdict, Verdict::Allow);
 }
+
+#[test]
+fn ccs_6_9_consumer_caps_declared_clock_skew() {
+    let settings = VerifierSettings {
+        max_clock_skew: 86_400.0,
+        ..Default::default()
+    };
+    let v = Verifier::new(settings, KeyMaterial::generate(None), default_rules()).unwrap();
+    let params = json!({"q":"x"});
+    let r = v
+        .issue(&intake("search_web", params.clone()))
+        .unwrap()
+        .receipt;
+    let e = enforcer_for(&v, &v.settings().audience).with_max_skew(30.0);
+    let exp = Expected {
+        tool: "search_web",
+        params: &params,
+    };
+    let rej = e.validate(&r, &exp, r.expires_at + 31.0).unwrap_err();
+    assert_eq!(rej.failure_category, FailureCategory::FreshnessExpired);
+    assert!(e.validate(&r, &exp, r.expires_at + 29.0).is_ok());
+}
