@@ -3,12 +3,12 @@
 //! Exit codes: 0 ok / allow / valid; 1 rejected / invalid; 2 usage;
 //! 3 receipt issued with verdict deny or escalate; 4 intake error (no receipt); 5 internal error.
 
-use crate::chain::EvidenceChain;
+use crate::chain::{CrossOrg, Envelope, EvidenceChain};
 use crate::config::{ChallengePolicy, DeploymentMode, Manifest};
 use crate::enforce::{report_json, Enforcer, Expected, ReplayCache};
 use crate::error::EvidenceError;
 use crate::issuer::{now_unix, Verifier, VerifierSettings};
-use crate::keys::{KeyFile, KeyMaterial, TrustStore};
+use crate::keys::{full_fingerprint_of, KeyFile, KeyMaterial, TrustStore};
 use crate::receipt::{Receipt, Verdict};
 use crate::rules::{builtin, Rule};
 use crate::store::EvidenceStore;
@@ -46,6 +46,9 @@ const USAGE: &str = "usage:
   evidence chain verify --chain C.json (--key KEY.json | --trust TRUST.json) [--issuer URI]
                         [--mode full|spot] [--hop N] [--now T]
   evidence chain prune --chain C.json --hop N [--out C2.json]
+  evidence envelope wrap --parent R.json --child-trace ID --reason TEXT [--hop N]
+                         [--sender URI --receiver URI --key KEY.json] [--out E.json]
+  evidence envelope verify --envelope E.json (--key KEY.json | --trust TRUST.json) [--receiver URI]
   evidence manifest --key KEY.json [--issuer URI] [--out M.json]
   evidence export --profile l1-1.1 --key KEY.json --out DIR --case NAME [--chained] BUNDLE...
   verifier serve --key KEY.json --socket PATH [--store DB] [--issuer URI] [--audience URI]
@@ -179,7 +182,7 @@ fn evidence(a: &[String]) -> Result<i32, Fail> {
         "verify" => verify(&Args::parse(rest).map_err(Fail::Usage)?),
         "manifest" => manifest(&Args::parse(rest).map_err(Fail::Usage)?),
         "export" => export(&Args::parse(rest).map_err(Fail::Usage)?),
-        "chain" | "trust" => {
+        "chain" | "trust" | "envelope" => {
             let (sub, rest2) = rest
                 .split_first()
                 .ok_or_else(|| Fail::Usage("missing subcommand".into()))?;
@@ -190,6 +193,8 @@ fn evidence(a: &[String]) -> Result<i32, Fail> {
                 ("chain", "prune") => chain_prune(&args),
                 ("trust", "enroll") => trust_enroll(&args),
                 ("trust", "revoke") => trust_revoke(&args),
+                ("envelope", "wrap") => envelope_wrap(&args),
+                ("envelope", "verify") => envelope_verify(&args),
                 _ => Err(Fail::Usage(format!("unknown subcommand {cmd} {sub}"))),
             }
         }
@@ -460,6 +465,60 @@ fn chain_prune(a: &Args) -> Result<i32, Fail> {
     c.prune(hop)?;
     write_out(Some(a.get("out").unwrap_or(p)), &serde_json::to_value(&c)?)?;
     Ok(EXIT_OK)
+}
+
+fn envelope_wrap(a: &Args) -> Result<i32, Fail> {
+    let parent = receipt_of(&read_json(a.req("parent")?)?)?;
+    let hop = match a.get("hop") {
+        Some(h) => h.parse().map_err(|_| Fail::Usage("bad --hop".into()))?,
+        None => 1,
+    };
+    let cross_org = match (a.get("sender"), a.get("receiver")) {
+        (Some(s), Some(r)) => {
+            let k = load_key(a.req("key")?)?;
+            Some(CrossOrg {
+                sender_org_id: s.into(),
+                receiver_org_id: r.into(),
+                trust_anchor_reference: format!("sha256:{}", full_fingerprint_of(&k.public())),
+                self_contained: true,
+            })
+        }
+        (None, None) => None,
+        _ => return Err(Fail::Usage("--sender and --receiver go together".into())),
+    };
+    let env = Envelope::wrap(
+        &parent,
+        a.req("child-trace")?,
+        a.req("reason")?,
+        hop,
+        cross_org,
+    )?;
+    write_out(a.get("out"), &serde_json::to_value(&env)?)?;
+    Ok(EXIT_OK)
+}
+
+fn envelope_verify(a: &Args) -> Result<i32, Fail> {
+    let env: Envelope = serde_json::from_value(read_json(a.req("envelope")?)?)?;
+    let issuer = env
+        .original_receipt
+        .get("issuer")
+        .and_then(Value::as_str)
+        .map(String::from);
+    let (ts, _) = trust_from(a, issuer.as_deref())?;
+    match env.verify(&ts, a.get("receiver")) {
+        Ok(r) => {
+            write_out(
+                None,
+                &json!({"valid": true, "parent_trace_id": r.trace_id,
+                "delegation_chain": env.delegation_value()}),
+            )?;
+            Ok(EXIT_OK)
+        }
+        Err(rej) => {
+            write_out(None, &json!({"valid": false, "failure_category": rej}))?;
+            Ok(EXIT_REJECTED)
+        }
+    }
 }
 
 fn manifest(a: &Args) -> Result<i32, Fail> {

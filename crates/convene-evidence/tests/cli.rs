@@ -223,6 +223,54 @@ fn cli_exit_codes_and_outputs() {
         "unpinned key"
     );
 
+    // Envelopes (cross-org, offline).
+    let env = p("env.json");
+    assert_eq!(
+        ev(&[
+            "envelope",
+            "wrap",
+            "--parent",
+            &hops[0],
+            "--child-trace",
+            "x1",
+            "--reason",
+            "delegate",
+            "--sender",
+            "https://org-a.example",
+            "--receiver",
+            "https://org-b.example",
+            "--key",
+            &k,
+            "--out",
+            &env,
+        ]),
+        EXIT_OK
+    );
+    let verify_env = |e: &str, recv: &str| {
+        ev(&[
+            "envelope",
+            "verify",
+            "--envelope",
+            e,
+            "--key",
+            &k,
+            "--receiver",
+            recv,
+        ])
+    };
+    assert_eq!(verify_env(&env, "https://org-b.example"), EXIT_OK);
+    assert_eq!(verify_env(&env, "https://org-c.example"), EXIT_REJECTED);
+    let mut e = read(Path::new(&env));
+    e["original_receipt"]
+        .as_object_mut()
+        .unwrap()
+        .remove("signature");
+    let stripped = write(&d.path().join("stripped.json"), &e);
+    assert_eq!(
+        verify_env(&stripped, "https://org-b.example"),
+        EXIT_REJECTED
+    );
+
     // Manifest and export.
     assert_eq!(
         ev(&["manifest", "--key", &k, "--out", &p("manifest.json")]),
