@@ -410,16 +410,18 @@ impl EvidenceChain {
     }
 
     fn hop_limit(&self, mode: &str) -> Option<ChainResult> {
-        let hops = self
-            .total_hops
-            .max(self.receipts.len() as u64 + self.pruned_receipts.len() as u64 - 1);
-        (hops > MAX_HOPS || self.aec_version != CHAIN_VERSION).then(|| ChainResult {
+        let count = (self.receipts.len() + self.pruned_receipts.len()) as u64;
+        let hops = self.total_hops.max(count.saturating_sub(1));
+        let empty = self.receipts.is_empty();
+        (empty || hops > MAX_HOPS || self.aec_version != CHAIN_VERSION).then(|| ChainResult {
             chain_valid: false,
             broken_at: None,
             missing_hops: vec![],
             total_hops: self.total_hops,
             verification_mode: mode.into(),
-            failure_reason: Some(if hops > MAX_HOPS {
+            failure_reason: Some(if empty {
+                "empty chain".into()
+            } else if hops > MAX_HOPS {
                 "hop limit of 16 exceeded; flagged for review".into()
             } else {
                 "unsupported aec_version".into()

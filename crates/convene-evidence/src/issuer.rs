@@ -394,6 +394,10 @@ impl Verifier {
                 .and_then(|c| c.get("expires_at"))
                 .and_then(Value::as_f64)
             {
+                // Bound the table: challenges expired for over an hour are forgotten.
+                if open.len() >= 10_000 {
+                    open.retain(|_, d| *d + 3600.0 >= now);
+                }
                 open.insert(key, deadline);
             }
         }

@@ -760,3 +760,24 @@ fn ccs_6_9_consumer_caps_declared_clock_skew() {
     assert_eq!(rej.failure_category, FailureCategory::FreshnessExpired);
     assert!(e.validate(&r, &exp, r.expires_at + 29.0).is_ok());
 }
+
+#[test]
+fn ccs_4_2_empty_or_headless_chain_is_invalid() {
+    let v = verifier();
+    let r = v.issue(&intake("t", json!({}))).unwrap().receipt;
+    let mut c = EvidenceChain::new(r).unwrap();
+    let mut ts = TrustStore::default();
+    let pk = base64::engine::general_purpose::STANDARD.encode(v.keys().public().to_bytes());
+    ts.enroll(&v.settings().issuer, &pk, &v.keys().fingerprint())
+        .unwrap();
+    assert!(c.verify_full(&ts, None).chain_valid);
+    let mut headless = c.clone();
+    c.receipts.clear();
+    c.summary_hash = crate::chain::summary_hash(&c.receipts);
+    let res = c.verify_full(&ts, None);
+    assert!(!res.chain_valid);
+    assert_eq!(res.failure_reason.as_deref(), Some("empty chain"));
+    // An origin that claims a predecessor is not an origin.
+    headless.receipts[0].previous_receipt_hash = Some(format!("sha256:{}", "0".repeat(64)));
+    assert_eq!(headless.verify_full(&ts, None).broken_at, Some(0));
+}
