@@ -93,25 +93,12 @@ impl SsrfProtection {
         if let Ok(ip) = h.parse::<IpAddr>() {
             return ip_internal(ip);
         }
-        // Decimal / hex / octal single-integer IPv4 forms (e.g. 2130706433, 0x7f000001).
-        let n = if let Some(x) = h.strip_prefix("0x") {
-            u32::from_str_radix(x, 16).ok()
-        } else if h.chars().all(|c| c.is_ascii_digit()) && !h.is_empty() {
-            h.parse::<u32>().ok()
-        } else {
-            None
-        };
-        if let Some(n) = n {
+        // inet_aton forms that HTTP clients still accept: 2130706433, 0x7f000001,
+        // 0177.0.0.1, 127.1, 10.0.1 ...
+        if let Some(n) = inet_aton(h) {
             return ip_internal(IpAddr::V4(Ipv4Addr::from(n)));
         }
-        // Dotted forms with octal/hex parts (0177.0.0.1) are refused outright:
-        // resolvers disagree on them, which is exactly what SSRF payloads exploit.
-        let parts: Vec<&str> = h.split('.').collect();
-        parts.len() == 4
-            && parts
-                .iter()
-                .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_hexdigit() || c == 'x'))
-            && parts.iter().any(|p| p.starts_with('0') && p.len() > 1)
+        false
     }
 
     fn check_url(s: &str) -> Option<String> {
@@ -148,6 +135,41 @@ impl SsrfProtection {
         }
         None
     }
+}
+
+/// Parse a numeric IPv4 host the way `inet_aton` does (1-4 parts, decimal/0x hex/0 octal).
+fn inet_aton(h: &str) -> Option<u32> {
+    let parts: Vec<&str> = h.split('.').collect();
+    if parts.is_empty() || parts.len() > 4 {
+        return None;
+    }
+    let mut vals = Vec::with_capacity(4);
+    for p in &parts {
+        let v = if let Some(x) = p.strip_prefix("0x") {
+            u64::from_str_radix(x, 16).ok()?
+        } else if p.len() > 1 && p.starts_with('0') {
+            u64::from_str_radix(&p[1..], 8).ok()?
+        } else {
+            if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            p.parse::<u64>().ok()?
+        };
+        vals.push(v);
+    }
+    let (last, head) = vals.split_last()?;
+    if head.iter().any(|v| *v > 255) {
+        return None;
+    }
+    let rest_bits = 8 * (4 - head.len() as u32);
+    if rest_bits < 64 && *last >= (1u64 << rest_bits) {
+        return None;
+    }
+    let mut n: u64 = 0;
+    for (i, v) in head.iter().enumerate() {
+        n |= v << (24 - 8 * i as u32);
+    }
+    u32::try_from(n | last).ok()
 }
 
 fn ip_internal(ip: IpAddr) -> bool {

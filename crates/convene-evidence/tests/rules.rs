@@ -43,6 +43,11 @@ fn ssrf_protection_denies_internal_targets() {
         "http://2130706433/",
         "http://0x7f000001/",
         "http://0177.0.0.1/",
+        "http://127.1/",
+        "http://10.1/",
+        "http://0x7f.0.0.1/",
+        "http://0/",
+        "http://[0:0:0:0:0:0:0:1]/",
         "http://user:pw@127.0.0.1/",
         "file:///etc/passwd",
         "gopher://127.0.0.1:11211/_stats",
@@ -61,6 +66,8 @@ fn ssrf_protection_denies_internal_targets() {
         "http://example.com:8080/path?q=10.0.0.1",
         "weather in Tokyo",
         "https://8.8.8.8/dns-query",
+        "https://134744072/dns-query",
+        "https://1.1/",
     ];
     for u in allow {
         assert_eq!(
