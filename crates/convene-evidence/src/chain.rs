@@ -127,6 +127,12 @@ impl Envelope {
                     Some(Value::Null) | None => false,
                     Some(_) => true,
                 });
+            // §11.3: organization ids are stable URIs.
+            if !crate::config::is_uri(&x.sender_org_id)
+                || !crate::config::is_uri(&x.receiver_org_id)
+            {
+                return Err(EnvelopeRejection::Malformed);
+            }
             if !x.self_contained || !complete || self.previous_receipt_hash.is_empty() {
                 return Err(EnvelopeRejection::CrossOrgNotSelfContained);
             }

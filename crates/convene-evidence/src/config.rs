@@ -66,6 +66,18 @@ impl CanonicalConfig {
     }
 }
 
+/// Minimal RFC 3986 absolute-URI shape: `scheme:rest`, no whitespace.
+pub fn is_uri(s: &str) -> bool {
+    let Some((scheme, rest)) = s.split_once(':') else {
+        return false;
+    };
+    let mut sc = scheme.chars();
+    sc.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && sc.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+        && !rest.is_empty()
+        && !s.chars().any(|c| c.is_whitespace() || c.is_control())
+}
+
 /// Security profiles known to this verifier, weakest first (§4.4 ordering).
 pub const PROFILE_ORDER: &[&str] = &["mcp-plain", "mcp-tls-1.2", "mcp-tls-1.3", "mcp-mtls"];
 
@@ -218,4 +230,19 @@ pub fn compare_profile(
         .collect();
     Some(json!({"verdict": "UNDECIDED", "reason": reason,
                 "requested_profile": requested, "verifier_profiles": held}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_uri;
+
+    #[test]
+    fn ccs_6_7_uri_shape() {
+        assert!(is_uri("https://verifier.example.com/ccs/v1"));
+        assert!(is_uri("urn:convene:executor"));
+        assert!(!is_uri("verifier"));
+        assert!(!is_uri("1http://x"));
+        assert!(!is_uri("https://a b"));
+        assert!(!is_uri("https:"));
+    }
 }

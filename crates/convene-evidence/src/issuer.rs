@@ -158,6 +158,12 @@ impl Verifier {
         keys: KeyMaterial,
         rules: Vec<Box<dyn Rule>>,
     ) -> Result<Self, EvidenceError> {
+        // §6.6/§6.7: issuer and audience are URIs.
+        if !crate::config::is_uri(&settings.issuer) || !crate::config::is_uri(&settings.audience) {
+            return Err(EvidenceError::Invalid(
+                "issuer and audience must be URIs".into(),
+            ));
+        }
         let now = now_unix();
         let manifest = Manifest::build(
             &settings.issuer,

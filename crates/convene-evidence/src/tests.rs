@@ -781,3 +781,39 @@ fn ccs_4_2_empty_or_headless_chain_is_invalid() {
     headless.receipts[0].previous_receipt_hash = Some(format!("sha256:{}", "0".repeat(64)));
     assert_eq!(headless.verify_full(&ts, None).broken_at, Some(0));
 }
+
+#[test]
+fn ccs_11_3_2_org_ids_and_issuer_must_be_uris() {
+    let bad = VerifierSettings {
+        issuer: "not a uri".into(),
+        ..Default::default()
+    };
+    assert!(Verifier::new(bad, KeyMaterial::generate(None), default_rules()).is_err());
+    let v = verifier();
+    let r = v.issue(&intake("t", json!({}))).unwrap().receipt;
+    let mut ts = TrustStore::default();
+    let pk = base64::engine::general_purpose::STANDARD.encode(v.keys().public().to_bytes());
+    ts.enroll(&v.settings().issuer, &pk, &v.keys().fingerprint())
+        .unwrap();
+    let co = |s: &str, r: &str| crate::chain::CrossOrg {
+        sender_org_id: s.into(),
+        receiver_org_id: r.into(),
+        trust_anchor_reference: v.keys().fingerprint(),
+        self_contained: true,
+    };
+    let ok = crate::chain::Envelope::wrap(
+        &r,
+        "c",
+        "x",
+        1,
+        Some(co("https://a.example", "https://b.example")),
+    )
+    .unwrap();
+    assert!(ok.verify(&ts, Some("https://b.example")).is_ok());
+    let bad = crate::chain::Envelope::wrap(&r, "c", "x", 1, Some(co("org-a", "https://b.example")))
+        .unwrap();
+    assert_eq!(
+        bad.verify(&ts, None),
+        Err(crate::chain::EnvelopeRejection::Malformed)
+    );
+}
