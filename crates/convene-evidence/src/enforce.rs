@@ -1,0 +1,424 @@
+//! Enforcement interface (§12): six-step validation, failure reports, outcome mapping.
+
+use crate::error::EvidenceError;
+use crate::jcs::sha256_hex;
+use crate::keys::TrustStore;
+use crate::receipt::{action_for, OutcomeStatus, Receipt, Verdict};
+use rusqlite::{params, Connection};
+use serde::Serialize;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Mutex;
+
+/// Rejection categories of Figure 7.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum FailureCategory {
+    /// Outside the validity window.
+    FreshnessExpired,
+    /// Not intended for this consumer.
+    AudienceMismatch,
+    /// Cryptographic integrity compromised (or issuer/key not trusted).
+    SignatureInvalid,
+    /// Nonce already consumed.
+    ReplayDetected,
+    /// Receipt does not match the current request.
+    BindingMismatch,
+    /// Outcome unknown; conservative policy.
+    OutcomeIndeterminate,
+}
+
+impl FailureCategory {
+    /// Wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::FreshnessExpired => "FRESHNESS_EXPIRED",
+            Self::AudienceMismatch => "AUDIENCE_MISMATCH",
+            Self::SignatureInvalid => "SIGNATURE_INVALID",
+            Self::ReplayDetected => "REPLAY_DETECTED",
+            Self::BindingMismatch => "BINDING_MISMATCH",
+            Self::OutcomeIndeterminate => "OUTCOME_INDETERMINATE",
+        }
+    }
+
+    /// Severity column of Figure 7.
+    pub fn severity(self) -> &'static str {
+        if self == Self::OutcomeIndeterminate {
+            "WARNING"
+        } else {
+            "CRITICAL"
+        }
+    }
+}
+
+/// §12.3 failure report; carries only the defined category (no internals).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FailureReport {
+    /// Category.
+    pub failure_category: FailureCategory,
+    /// CRITICAL or WARNING.
+    pub severity: &'static str,
+    /// trace_id of the rejected receipt.
+    pub receipt_trace_id: String,
+    /// When the failure was detected.
+    pub timestamp: f64,
+}
+
+/// Enforcement action of Figure 9.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EnforcementAction {
+    /// allow + confirmed.
+    Proceed,
+    /// allow + dispatched: proceed, reconciliation pending before finalizing.
+    ProceedReconciliationPending,
+    /// allow + indeterminate: unverified, conservative policy (do not proceed; may escalate).
+    Conservative,
+    /// deny: block.
+    Block,
+    /// escalate: defer to higher authority (do not proceed).
+    Defer,
+}
+
+impl EnforcementAction {
+    /// Whether the tool invocation may run. Only allow-with-known-outcome proceeds.
+    pub fn permits_invocation(self) -> bool {
+        matches!(self, Self::Proceed | Self::ProceedReconciliationPending)
+    }
+}
+
+/// The fixed Figure 9 mapping. Not configurable: custom mappings are forbidden (§14).
+pub fn map_outcome(verdict: Verdict, outcome: Option<OutcomeStatus>) -> EnforcementAction {
+    // A missing outcome_status gives no outcome visibility: treat as indeterminate.
+    let outcome = outcome.unwrap_or(OutcomeStatus::Indeterminate);
+    match (verdict, outcome) {
+        (Verdict::Escalate, _) => EnforcementAction::Defer,
+        // outcome_status never overrides a deny (§14 outcome status confusion).
+        (Verdict::Deny, _) => EnforcementAction::Block,
+        (Verdict::Allow, OutcomeStatus::Confirmed) => EnforcementAction::Proceed,
+        (Verdict::Allow, OutcomeStatus::Dispatched) => {
+            EnforcementAction::ProceedReconciliationPending
+        }
+        (Verdict::Allow, OutcomeStatus::Indeterminate) => EnforcementAction::Conservative,
+    }
+}
+
+/// Persistent (issuer, nonce) replay cache (§6.8): survives restarts.
+pub struct ReplayCache {
+    conn: Mutex<Connection>,
+}
+
+impl ReplayCache {
+    /// Open a cache file.
+    pub fn open(path: &Path) -> Result<Self, EvidenceError> {
+        let conn = Connection::open(path)?;
+        conn.execute_batch("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;")?;
+        Self::init(conn)
+    }
+
+    /// In-memory cache (does not survive restarts; tests only).
+    pub fn in_memory() -> Result<Self, EvidenceError> {
+        Self::init(Connection::open_in_memory()?)
+    }
+
+    fn init(conn: Connection) -> Result<Self, EvidenceError> {
+        conn.execute_batch(
+            "CREATE TABLE IF NOT EXISTS seen (issuer TEXT NOT NULL, nonce TEXT NOT NULL,
+               expires_at REAL NOT NULL, PRIMARY KEY (issuer, nonce));
+             CREATE TABLE IF NOT EXISTS failures (id INTEGER PRIMARY KEY AUTOINCREMENT,
+               issuer TEXT NOT NULL, report TEXT NOT NULL);",
+        )?;
+        Ok(Self {
+            conn: Mutex::new(conn),
+        })
+    }
+
+    /// Record the pair; returns false if it was already seen.
+    pub fn check_and_insert(
+        &self,
+        issuer: &str,
+        nonce: &str,
+        expires_at: f64,
+    ) -> Result<bool, EvidenceError> {
+        let c = self
+            .conn
+            .lock()
+            .map_err(|_| EvidenceError::Invalid("replay cache lock poisoned".into()))?;
+        let mut st = c.prepare_cached(
+            "INSERT OR IGNORE INTO seen (issuer, nonce, expires_at) VALUES (?1, ?2, ?3)",
+        )?;
+        let n = st.execute(params![issuer, nonce, expires_at])?;
+        Ok(n == 1)
+    }
+
+    /// Drop entries that can no longer pass freshness anyway.
+    pub fn prune(&self, now: f64, max_skew: f64) -> Result<usize, EvidenceError> {
+        let c = self
+            .conn
+            .lock()
+            .map_err(|_| EvidenceError::Invalid("replay cache lock poisoned".into()))?;
+        Ok(c.execute(
+            "DELETE FROM seen WHERE expires_at + ?2 < ?1",
+            params![now, max_skew],
+        )?)
+    }
+
+    /// Append a failure report to the audit log (§12.3).
+    pub fn log_failure(&self, issuer: &str, report: &FailureReport) -> Result<(), EvidenceError> {
+        let c = self
+            .conn
+            .lock()
+            .map_err(|_| EvidenceError::Invalid("replay cache lock poisoned".into()))?;
+        c.execute(
+            "INSERT INTO failures (issuer, report) VALUES (?1, ?2)",
+            params![issuer, serde_json::to_string(report)?],
+        )?;
+        Ok(())
+    }
+
+    /// Logged failure reports, oldest first.
+    pub fn failures(&self) -> Result<Vec<Value>, EvidenceError> {
+        let c = self
+            .conn
+            .lock()
+            .map_err(|_| EvidenceError::Invalid("replay cache lock poisoned".into()))?;
+        let mut st = c.prepare("SELECT report FROM failures ORDER BY id")?;
+        let rows = st.query_map([], |r| r.get::<_, String>(0))?;
+        let mut out = Vec::new();
+        for r in rows {
+            out.push(serde_json::from_str(&r?)?);
+        }
+        Ok(out)
+    }
+}
+
+/// §13.7 monitor: flags verifiers that (almost) never deny.
+#[derive(Debug, Default)]
+pub struct DenyRateMonitor {
+    counts: Mutex<HashMap<String, (u64, u64)>>,
+}
+
+impl DenyRateMonitor {
+    /// Minimum sample before a verifier can be flagged.
+    pub const MIN_RECEIPTS: u64 = 10_000;
+    /// Deny rate below which a verifier is flagged.
+    pub const MIN_DENY_RATE: f64 = 0.001;
+
+    /// Count one receipt of an issuer.
+    pub fn record(&self, issuer: &str, verdict: Verdict) {
+        if let Ok(mut m) = self.counts.lock() {
+            let e = m.entry(issuer.to_string()).or_insert((0, 0));
+            e.0 += 1;
+            if verdict != Verdict::Allow {
+                e.1 += 1;
+            }
+        }
+    }
+
+    /// (total, denies) for an issuer.
+    pub fn stats(&self, issuer: &str) -> (u64, u64) {
+        self.counts
+            .lock()
+            .ok()
+            .and_then(|m| m.get(issuer).copied())
+            .unwrap_or((0, 0))
+    }
+
+    /// Whether the issuer should be flagged for review (treated as Class C).
+    pub fn flagged(&self, issuer: &str) -> bool {
+        let (total, denies) = self.stats(issuer);
+        total > Self::MIN_RECEIPTS && (denies as f64 / total as f64) < Self::MIN_DENY_RATE
+    }
+}
+
+/// What the consumer expects the receipt to bind to (step 5).
+#[derive(Debug, Clone)]
+pub struct Expected<'a> {
+    /// Tool about to be invoked.
+    pub tool: &'a str,
+    /// Params about to be used.
+    pub params: &'a Value,
+}
+
+/// Accepted receipt with its enforcement action.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Accepted {
+    /// Figure 9 action.
+    pub action: EnforcementAction,
+    /// Warning report when the outcome is indeterminate.
+    pub warning: Option<FailureReport>,
+}
+
+/// A consumer that validates receipts (§12.2).
+pub struct Enforcer {
+    identity: String,
+    trust: TrustStore,
+    hmac_secrets: HashMap<String, Vec<u8>>,
+    replay: ReplayCache,
+    monitor: DenyRateMonitor,
+    alert_threshold: u64,
+    failures_by_issuer: Mutex<HashMap<String, u64>>,
+    max_skew: f64,
+}
+
+impl Enforcer {
+    /// Build an enforcer for consumer `identity` with pinned keys and a replay cache.
+    pub fn new(identity: &str, trust: TrustStore, replay: ReplayCache) -> Self {
+        Self {
+            identity: identity.to_string(),
+            trust,
+            hmac_secrets: HashMap::new(),
+            replay,
+            monitor: DenyRateMonitor::default(),
+            alert_threshold: 5,
+            failures_by_issuer: Mutex::new(HashMap::new()),
+            max_skew: Self::DEFAULT_MAX_SKEW,
+        }
+    }
+
+    /// Default cap on a receipt's declared max_clock_skew, seconds.
+    pub const DEFAULT_MAX_SKEW: f64 = 300.0;
+
+    /// Cap the clock skew this consumer tolerates, whatever a receipt declares.
+    pub fn with_max_skew(mut self, secs: f64) -> Self {
+        self.max_skew = secs;
+        self
+    }
+
+    /// Enroll a shared HMAC secret for an issuer (distributed out of band, §7.2).
+    pub fn with_hmac_secret(mut self, issuer: &str, secret: &[u8]) -> Self {
+        self.hmac_secrets
+            .insert(issuer.to_string(), secret.to_vec());
+        self
+    }
+
+    /// Trust store (revocation updates).
+    pub fn trust_mut(&mut self) -> &mut TrustStore {
+        &mut self.trust
+    }
+
+    /// Deny-rate monitor.
+    pub fn monitor(&self) -> &DenyRateMonitor {
+        &self.monitor
+    }
+
+    /// Replay cache / failure log.
+    pub fn replay(&self) -> &ReplayCache {
+        &self.replay
+    }
+
+    /// Whether repeated failures from this issuer crossed the alert threshold.
+    pub fn alert(&self, issuer: &str) -> bool {
+        self.failures_by_issuer
+            .lock()
+            .ok()
+            .and_then(|m| m.get(issuer).copied())
+            .is_some_and(|n| n >= self.alert_threshold)
+    }
+
+    fn reject(&self, r: &Receipt, c: FailureCategory, now: f64) -> FailureReport {
+        let rep = FailureReport {
+            failure_category: c,
+            severity: c.severity(),
+            receipt_trace_id: r.trace_id.clone(),
+            timestamp: now,
+        };
+        // Logging must not turn a rejection into an acceptance: errors are ignored
+        // here because the caller is denied regardless.
+        let _ = self.replay.log_failure(&r.issuer, &rep);
+        if let Ok(mut m) = self.failures_by_issuer.lock() {
+            *m.entry(r.issuer.clone()).or_insert(0) += 1;
+        }
+        rep
+    }
+
+    /// Signature-only check (step 3) against pinned keys (and HMAC when enrolled).
+    pub fn signature_ok(&self, r: &Receipt) -> bool {
+        let keys = self.trust.keys_for_issuer(&r.issuer, r.issued_at);
+        let ed = keys.iter().any(|k| r.verify_signature(k));
+        let mac = match self.hmac_secrets.get(&r.issuer) {
+            Some(s) => r.verify_hmac(s),
+            None => true,
+        };
+        ed && mac
+    }
+
+    /// Run the six steps of §12.2 at local time `now`.
+    pub fn validate(
+        &self,
+        r: &Receipt,
+        expected: &Expected<'_>,
+        now: f64,
+    ) -> Result<Accepted, FailureReport> {
+        // Step 1: freshness. The receipt's own skew is honoured only up to the
+        // consumer's cap, so an issuer cannot stretch validity with a huge skew.
+        let skew = if r.max_clock_skew.is_finite() && r.max_clock_skew >= 0.0 {
+            r.max_clock_skew.min(self.max_skew)
+        } else {
+            30.0
+        };
+        if now > r.expires_at + skew
+            || now < r.issued_at - skew
+            || matches!(
+                r.expires_at.partial_cmp(&r.issued_at),
+                None | Some(std::cmp::Ordering::Less)
+            )
+        {
+            return Err(self.reject(r, FailureCategory::FreshnessExpired, now));
+        }
+        // Step 2: audience.
+        if r.audience != self.identity {
+            return Err(self.reject(r, FailureCategory::AudienceMismatch, now));
+        }
+        // Step 3: signature with the issuer's pinned key(s).
+        if !self.signature_ok(r) {
+            return Err(self.reject(r, FailureCategory::SignatureInvalid, now));
+        }
+        // Step 4: replay (after the signature so forged nonces cannot poison the cache).
+        match self
+            .replay
+            .check_and_insert(&r.issuer, &r.nonce, r.expires_at)
+        {
+            Ok(true) => {}
+            // A cache failure must fail closed, reported as a replay.
+            Ok(false) | Err(_) => return Err(self.reject(r, FailureCategory::ReplayDetected, now)),
+        }
+        // Step 5: bindings.
+        let params_hash = match crate::jcs::canonicalize(expected.params) {
+            Ok(c) => sha256_hex(c.as_bytes()),
+            Err(_) => return Err(self.reject(r, FailureCategory::BindingMismatch, now)),
+        };
+        if r.tool != expected.tool
+            || r.params_hash != params_hash
+            || r.action != action_for(expected.tool, &params_hash)
+        {
+            return Err(self.reject(r, FailureCategory::BindingMismatch, now));
+        }
+        self.monitor.record(&r.issuer, r.verdict);
+        // Step 6: outcome mapping.
+        let action = map_outcome(r.verdict, r.outcome_status);
+        let warning = (action == EnforcementAction::Conservative)
+            .then(|| self.reject(r, FailureCategory::OutcomeIndeterminate, now));
+        Ok(Accepted { action, warning })
+    }
+
+    /// Re-validate in-flight evidence after a revocation (§14); returns the trace ids now invalid.
+    pub fn revalidate(&self, in_flight: &[Receipt]) -> Vec<String> {
+        in_flight
+            .iter()
+            .filter(|r| !self.signature_ok(r))
+            .map(|r| r.trace_id.clone())
+            .collect()
+    }
+}
+
+/// Report JSON for CLI output.
+pub fn report_json(r: &FailureReport) -> Value {
+    json!({
+        "failure_category": r.failure_category.as_str(),
+        "severity": r.severity,
+        "receipt_trace_id": r.receipt_trace_id,
+        "timestamp": r.timestamp,
+    })
+}

@@ -1,0 +1,553 @@
+//! The verifier: intake -> rules -> receipt emission -> durable storage (§3, §4, §11.1).
+
+use crate::config::{CanonicalConfig, ChallengePolicy, DeploymentMode, Manifest, SCHEMA_VERSION};
+use crate::error::{EvidenceError, IntakeError, IntakeErrorCode};
+use crate::intake::{self, Command};
+use crate::jcs::{canonicalize, jcs_sha256_hex, sha256_hex};
+use crate::keys::KeyMaterial;
+use crate::receipt::{action_for, OutcomeStatus, Receipt, Verdict};
+use crate::rules::{Rule, RuleContext};
+use crate::store::EvidenceStore;
+use rand_core::{OsRng, RngCore};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Verifier software version bound into the canonical configuration.
+pub const VERIFIER_VERSION: &str = concat!("convene-evidence/", env!("CARGO_PKG_VERSION"));
+
+/// Steps of the intake pipeline, named for fault injection and timeouts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Parsing and normalization.
+    Normalize,
+    /// Rule evaluation.
+    Rules,
+    /// Hash and binding computation.
+    Bind,
+    /// HMAC + Ed25519 sealing.
+    Sign,
+    /// Durable storage.
+    Persist,
+}
+
+/// All steps in pipeline order.
+pub const STEPS: [Step; 5] = [
+    Step::Normalize,
+    Step::Rules,
+    Step::Bind,
+    Step::Sign,
+    Step::Persist,
+];
+
+/// Verifier settings.
+#[derive(Debug, Clone)]
+pub struct VerifierSettings {
+    /// Issuer URI (stable across key rotation).
+    pub issuer: String,
+    /// Default audience URI.
+    pub audience: String,
+    /// Policy version.
+    pub policy_version: String,
+    /// Deployment mode.
+    pub deployment_mode: DeploymentMode,
+    /// Receipt lifetime, seconds (§6.9 recommends 60).
+    pub ttl_secs: f64,
+    /// Clock skew tolerance, seconds.
+    pub max_clock_skew: f64,
+    /// Minimum server profile (§4.4), enforced by the policy_floor rule.
+    pub policy_floor: Option<String>,
+    /// Intake processing timeout; None = unlimited (§8.2 in-process default).
+    pub intake_timeout: Option<Duration>,
+    /// Challenge parameters published in the manifest.
+    pub challenge_policy: ChallengePolicy,
+}
+
+impl Default for VerifierSettings {
+    fn default() -> Self {
+        Self {
+            issuer: "https://convene.local/ccs/v1".into(),
+            audience: "https://convene.local/executor".into(),
+            policy_version: "2026-08-01".into(),
+            deployment_mode: DeploymentMode::InProcess,
+            ttl_secs: 60.0,
+            max_clock_skew: 30.0,
+            policy_floor: None,
+            intake_timeout: None,
+            challenge_policy: ChallengePolicy::default(),
+        }
+    }
+}
+
+/// A receipt together with what produced it.
+#[derive(Debug, Clone)]
+pub struct IssuedReceipt {
+    /// The sealed receipt.
+    pub receipt: Receipt,
+    /// The normalized command (kept for bindings and export).
+    pub command: Command,
+    /// Issuance latency in microseconds.
+    pub latency_us: u64,
+}
+
+impl IssuedReceipt {
+    /// A self-describing bundle (receipt + command) as JSON.
+    pub fn bundle(&self) -> Result<Value, EvidenceError> {
+        Ok(json!({
+            "receipt": self.receipt.to_value()?,
+            "command": command_value(&self.command),
+            "latency_us": self.latency_us,
+        }))
+    }
+}
+
+/// JSON form of a normalized command.
+pub fn command_value(c: &Command) -> Value {
+    let mut v = json!({
+        "intake_version": intake::INTAKE_VERSION,
+        "agent_id": c.agent_id, "tool": c.tool, "params": c.params,
+        "timestamp": c.timestamp, "trace_id": c.trace_id,
+    });
+    if let Some(rc) = &c.runtime_context {
+        v["runtime_context"] = rc.clone();
+    }
+    if let Some(d) = &c.delegation_chain {
+        v["delegation_chain"] = d.clone();
+    }
+    v
+}
+
+/// Test-only fault hook: called before each step; Err or panic aborts the intake.
+#[cfg(test)]
+pub type FaultHook = Arc<dyn Fn(Step) -> Result<(), String> + Send + Sync>;
+
+/// The CCS verifier: holds the signing key and rule set.
+pub struct Verifier {
+    settings: VerifierSettings,
+    keys: KeyMaterial,
+    rules: Vec<Box<dyn Rule>>,
+    manifest: Manifest,
+    config: CanonicalConfig,
+    config_hash: String,
+    sequence: AtomicU64,
+    store: Option<Mutex<EvidenceStore>>,
+    clock: Arc<dyn Fn() -> f64 + Send + Sync>,
+    /// Open records whose outcome is indeterminate, by action (§4.5: no blind retries).
+    open_indeterminate: Mutex<HashMap<String, String>>,
+    /// Open §4.7 challenges by agent|action, with their absolute deadline.
+    open_challenges: Mutex<HashMap<String, f64>>,
+    #[cfg(test)]
+    fault: Option<FaultHook>,
+}
+
+/// Current Unix time with microsecond resolution.
+pub fn now_unix() -> f64 {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    (d.as_micros() as f64) / 1e6
+}
+
+impl Verifier {
+    /// Build a verifier; the manifest is signed and bound via manifest_hash.
+    pub fn new(
+        settings: VerifierSettings,
+        keys: KeyMaterial,
+        rules: Vec<Box<dyn Rule>>,
+    ) -> Result<Self, EvidenceError> {
+        // §6.6/§6.7: issuer and audience are URIs.
+        if !crate::config::is_uri(&settings.issuer) || !crate::config::is_uri(&settings.audience) {
+            return Err(EvidenceError::Invalid(
+                "issuer and audience must be URIs".into(),
+            ));
+        }
+        let now = now_unix();
+        let manifest = Manifest::build(
+            &settings.issuer,
+            &keys,
+            settings.challenge_policy,
+            now as u64,
+            30 * 24 * 3600,
+        )?;
+        let config = CanonicalConfig {
+            rules: rules.iter().map(|r| r.name().to_string()).collect(),
+            policy_version: settings.policy_version.clone(),
+            signing_key_id: keys.key_id.clone(),
+            verifier_version: VERIFIER_VERSION.into(),
+            schema_version: SCHEMA_VERSION.into(),
+            deployment_mode: settings.deployment_mode,
+            manifest_hash: Some(manifest.hash()?),
+            policy_floor: settings.policy_floor.clone(),
+        };
+        let config_hash = config.hash()?;
+        Ok(Self {
+            settings,
+            keys,
+            rules,
+            manifest,
+            config,
+            config_hash,
+            sequence: AtomicU64::new(0),
+            store: None,
+            clock: Arc::new(now_unix),
+            open_indeterminate: Mutex::new(HashMap::new()),
+            open_challenges: Mutex::new(HashMap::new()),
+            #[cfg(test)]
+            fault: None,
+        })
+    }
+
+    /// Persist every receipt to this store before returning it (§11.1); sequence resumes from it.
+    pub fn with_store(mut self, store: EvidenceStore) -> Result<Self, EvidenceError> {
+        let next = store
+            .max_sequence(&self.settings.issuer)?
+            .map_or(0, |s| s + 1);
+        self.sequence = AtomicU64::new(next);
+        self.store = Some(Mutex::new(store));
+        Ok(self)
+    }
+
+    /// Replace the clock (tests, replaying vectors).
+    pub fn with_clock(mut self, clock: Arc<dyn Fn() -> f64 + Send + Sync>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Install a fault hook (test builds only).
+    #[cfg(test)]
+    pub fn with_fault(mut self, hook: FaultHook) -> Self {
+        self.fault = Some(hook);
+        self
+    }
+
+    /// The canonical configuration.
+    pub fn config(&self) -> &CanonicalConfig {
+        &self.config
+    }
+
+    /// config_hash of this verifier.
+    pub fn config_hash(&self) -> &str {
+        &self.config_hash
+    }
+
+    /// The signed capability manifest.
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// Settings.
+    pub fn settings(&self) -> &VerifierSettings {
+        &self.settings
+    }
+
+    /// Key material (public parts are safe to publish).
+    pub fn keys(&self) -> &KeyMaterial {
+        &self.keys
+    }
+
+    /// Access the evidence store, if any.
+    pub fn with_store_ref<T>(&self, f: impl FnOnce(&EvidenceStore) -> T) -> Option<T> {
+        let s = self.store.as_ref()?;
+        let g = s.lock().ok()?;
+        Some(f(&g))
+    }
+
+    /// Issue a receipt for raw intake bytes. Any failure yields an error and no receipt.
+    pub fn issue_bytes(&self, raw: &[u8]) -> Result<IssuedReceipt, IntakeError> {
+        self.guarded(|| intake::parse_bytes(raw))
+    }
+
+    /// Issue a receipt for an intake JSON value. Any failure yields an error and no receipt.
+    pub fn issue(&self, v: &Value) -> Result<IssuedReceipt, IntakeError> {
+        self.guarded(|| intake::parse_value(v))
+    }
+
+    /// Issue for an intake, using `audience` instead of the default.
+    pub fn issue_for(&self, v: &Value, audience: &str) -> Result<IssuedReceipt, IntakeError> {
+        self.guarded_with(|| intake::parse_value(v), Some(audience))
+    }
+
+    fn guarded(
+        &self,
+        parse: impl FnOnce() -> Result<Command, IntakeError>,
+    ) -> Result<IssuedReceipt, IntakeError> {
+        self.guarded_with(parse, None)
+    }
+
+    fn guarded_with(
+        &self,
+        parse: impl FnOnce() -> Result<Command, IntakeError>,
+        audience: Option<&str>,
+    ) -> Result<IssuedReceipt, IntakeError> {
+        // §3.3: an exception anywhere in the intake path is an error, never a receipt.
+        match catch_unwind(AssertUnwindSafe(|| self.pipeline(parse, audience))) {
+            Ok(r) => r,
+            Err(_) => Err(IntakeError::new(
+                IntakeErrorCode::IntakeFailed,
+                "intake processing failed",
+            )),
+        }
+    }
+
+    fn step(&self, s: Step, started: Instant, trace: &Option<String>) -> Result<(), IntakeError> {
+        #[cfg(test)]
+        if let Some(h) = &self.fault {
+            if let Err(m) = h(s) {
+                let _ = m; // the message is internal; never surfaced (§3.4)
+                let mut e =
+                    IntakeError::new(IntakeErrorCode::IntakeFailed, "intake processing failed");
+                e.trace_id = trace.clone();
+                return Err(e);
+            }
+        }
+        let _ = s;
+        if let Some(t) = self.settings.intake_timeout {
+            if started.elapsed() > t {
+                let mut e = IntakeError::new(
+                    IntakeErrorCode::IntakeTimeout,
+                    "intake processing exceeded the timeout",
+                );
+                e.trace_id = trace.clone();
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    fn pipeline(
+        &self,
+        parse: impl FnOnce() -> Result<Command, IntakeError>,
+        audience: Option<&str>,
+    ) -> Result<IssuedReceipt, IntakeError> {
+        let started = Instant::now();
+        self.step(Step::Normalize, started, &None)?;
+        let cmd = parse()?;
+        let trace = Some(cmd.trace_id.clone());
+        let fail = |m: &str| {
+            let mut e = IntakeError::new(IntakeErrorCode::IntakeFailed, m);
+            e.trace_id = trace.clone();
+            e
+        };
+        self.step(Step::Rules, started, &trace)?;
+        let now = (self.clock)();
+        let ctx = RuleContext {
+            cmd: &cmd,
+            manifest: &self.manifest,
+            now,
+        };
+        let mut summary = Vec::with_capacity(self.rules.len());
+        let mut verdict = Verdict::Allow;
+        let mut reason = String::new();
+        let mut challenge = None;
+        let mut comparison = None;
+        for r in &self.rules {
+            let o = r.evaluate(&ctx);
+            summary.push(format!("{}={}", r.name(), o.verdict.as_str()));
+            // Deny dominates escalate dominates allow; the first reason of the
+            // strongest verdict is reported.
+            let stronger = matches!(
+                (verdict, o.verdict),
+                (Verdict::Allow, Verdict::Deny | Verdict::Escalate)
+                    | (Verdict::Escalate, Verdict::Deny)
+            );
+            if stronger {
+                verdict = o.verdict;
+                reason = o.reason.clone();
+                challenge = o.challenge.clone();
+                comparison = o.comparison.clone();
+            } else if o.verdict == verdict && o.verdict != Verdict::Allow {
+                challenge = challenge.or(o.challenge.clone());
+                comparison = comparison.or(o.comparison.clone());
+            }
+        }
+
+        self.step(Step::Bind, started, &trace)?;
+        let params_hash = sha256_hex(cmd.canonical_params.as_bytes());
+        let action = action_for(&cmd.tool, &params_hash);
+        if verdict == Verdict::Allow {
+            let open = self
+                .open_indeterminate
+                .lock()
+                .map_err(|_| fail("intake processing failed"))?;
+            if let Some(t) = open.get(&format!("{}|{}", cmd.agent_id, action)) {
+                verdict = Verdict::Deny;
+                reason = format!("indeterminate_outcome_open: {t}");
+            }
+        }
+        {
+            let key = format!("{}|{}", cmd.agent_id, action);
+            let mut open = self
+                .open_challenges
+                .lock()
+                .map_err(|_| fail("intake processing failed"))?;
+            if let Some(deadline) = open.get(&key).copied() {
+                if now > deadline {
+                    // §4.7 step 6: evidence arriving after expires_at does not
+                    // reopen the case; the deny stands for this challenge.
+                    open.remove(&key);
+                    verdict = Verdict::Deny;
+                    reason = "challenge_expired".into();
+                    challenge = None;
+                } else if verdict == Verdict::Allow {
+                    open.remove(&key);
+                }
+            }
+            if let Some(deadline) = challenge
+                .as_ref()
+                .and_then(|c| c.get("expires_at"))
+                .and_then(Value::as_f64)
+            {
+                // Bound the table: challenges expired for over an hour are forgotten.
+                if open.len() >= 10_000 {
+                    open.retain(|_, d| *d + 3600.0 >= now);
+                }
+                open.insert(key, deadline);
+            }
+        }
+        let request = json!({
+            "agent_id": cmd.agent_id, "tool": cmd.tool, "params": cmd.params,
+            "timestamp": cmd.timestamp, "trace_id": cmd.trace_id,
+        });
+        let request_hash = format!(
+            "sha256:{}",
+            jcs_sha256_hex(&request).map_err(|_| fail("intake processing failed"))?
+        );
+        let rc = cmd.runtime_context.clone().unwrap_or_else(|| json!({}));
+        let runtime_context_hash = format!(
+            "sha256:{}",
+            jcs_sha256_hex(&rc).map_err(|_| fail("intake processing failed"))?
+        );
+        let (previous_receipt_hash, parent_trace_id) = match &cmd.delegation_chain {
+            Some(d) => (
+                d.get("previous_receipt_hash")
+                    .and_then(Value::as_str)
+                    .map(String::from),
+                d.get("parent_trace_id")
+                    .and_then(Value::as_str)
+                    .map(String::from),
+            ),
+            None => (None, None),
+        };
+        let mut nonce = [0u8; 16];
+        OsRng.fill_bytes(&mut nonce);
+        let sequence = self.sequence.fetch_add(1, Ordering::SeqCst);
+        let mut receipt = Receipt {
+            trace_id: cmd.trace_id.clone(),
+            verdict,
+            timestamp: now,
+            tool: cmd.tool.clone(),
+            params_hash,
+            rule_summary: summary.join("|"),
+            receipt: String::new(),
+            verified_at: now,
+            block_reason: if verdict == Verdict::Allow {
+                String::new()
+            } else {
+                reason
+            },
+            request_hash,
+            response_hash: String::new(),
+            runtime_context_hash,
+            action,
+            config_hash: self.config_hash.clone(),
+            issuer: self.settings.issuer.clone(),
+            audience: audience.unwrap_or(&self.settings.audience).to_string(),
+            nonce: hex::encode(nonce),
+            sequence,
+            issued_at: now,
+            expires_at: now + self.settings.ttl_secs,
+            max_clock_skew: self.settings.max_clock_skew,
+            signature: String::new(),
+            // A deny is always confirmed; an allow has no outcome evidence yet (§4.5).
+            outcome_status: Some(if verdict == Verdict::Allow {
+                OutcomeStatus::Dispatched
+            } else {
+                OutcomeStatus::Confirmed
+            }),
+            previous_receipt_hash,
+            parent_trace_id,
+            challenge,
+            comparison_axis: comparison,
+        };
+
+        self.step(Step::Sign, started, &trace)?;
+        receipt
+            .seal(&self.keys)
+            .map_err(|_| fail("intake processing failed"))?;
+
+        self.step(Step::Persist, started, &trace)?;
+        if let Some(store) = &self.store {
+            let g = store.lock().map_err(|_| fail("intake processing failed"))?;
+            g.append(&receipt, Some(&command_value(&cmd)))
+                .map_err(|_| fail("evidence could not be persisted"))?;
+        }
+        let latency_us = started.elapsed().as_micros() as u64;
+        Ok(IssuedReceipt {
+            receipt,
+            command: cmd,
+            latency_us,
+        })
+    }
+
+    /// Bind the tool response after invocation (§6.2) and re-seal as confirmed.
+    pub fn finalize(&self, issued: &Receipt, response: &Value) -> Result<Receipt, EvidenceError> {
+        self.check_own(issued)?;
+        let mut r = issued.clone();
+        r.response_hash = format!("sha256:{}", sha256_hex(canonicalize(response)?.as_bytes()));
+        r.outcome_status = Some(OutcomeStatus::Confirmed);
+        r.seal(&self.keys)?;
+        if let Some(store) = &self.store {
+            let g = store
+                .lock()
+                .map_err(|_| EvidenceError::Invalid("store lock poisoned".into()))?;
+            g.append(&r, None)?;
+        }
+        if let Ok(mut open) = self.open_indeterminate.lock() {
+            open.retain(|_, t| t != &r.trace_id);
+        }
+        Ok(r)
+    }
+
+    /// Record that the outcome is unknown; the action stays blocked until reconciled (§4.5).
+    pub fn mark_indeterminate(
+        &self,
+        issued: &Receipt,
+        agent_id: &str,
+    ) -> Result<Receipt, EvidenceError> {
+        self.check_own(issued)?;
+        let mut r = issued.clone();
+        r.outcome_status = Some(OutcomeStatus::Indeterminate);
+        r.seal(&self.keys)?;
+        if let Some(store) = &self.store {
+            let g = store
+                .lock()
+                .map_err(|_| EvidenceError::Invalid("store lock poisoned".into()))?;
+            g.append(&r, None)?;
+        }
+        let mut open = self
+            .open_indeterminate
+            .lock()
+            .map_err(|_| EvidenceError::Invalid("lock poisoned".into()))?;
+        open.insert(format!("{agent_id}|{}", r.action), r.trace_id.clone());
+        Ok(r)
+    }
+
+    /// Reconcile an indeterminate record with the observed response.
+    pub fn reconcile(
+        &self,
+        indeterminate: &Receipt,
+        response: &Value,
+    ) -> Result<Receipt, EvidenceError> {
+        self.finalize(indeterminate, response)
+    }
+
+    fn check_own(&self, r: &Receipt) -> Result<(), EvidenceError> {
+        if r.issuer != self.settings.issuer || !r.verify_signature(&self.keys.public()) {
+            return Err(EvidenceError::SignatureInvalid);
+        }
+        Ok(())
+    }
+}

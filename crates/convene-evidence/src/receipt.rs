@@ -1,0 +1,370 @@
+//! The CCS receipt (§4): fields, signed bytes, HMAC and Ed25519 signatures.
+
+use crate::error::EvidenceError;
+use crate::jcs::{format_python_float, sha256_hex};
+use crate::keys::{verify_sig, KeyMaterial};
+use ed25519_dalek::VerifyingKey;
+use hmac::{Hmac, Mac};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::Sha256;
+
+/// Verdict of the evidence-sufficiency axis (§4.5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    /// Passed every verification dimension.
+    Allow,
+    /// Failed one or more dimensions.
+    Deny,
+    /// The verifier cannot decide.
+    Escalate,
+}
+
+impl OutcomeStatus {
+    /// Wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Confirmed => "confirmed",
+            Self::Dispatched => "dispatched",
+            Self::Indeterminate => "indeterminate",
+        }
+    }
+}
+
+impl Verdict {
+    /// Wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Allow => "allow",
+            Self::Deny => "deny",
+            Self::Escalate => "escalate",
+        }
+    }
+}
+
+/// Executor lifecycle axis (§4.5); never a verdict (§14).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OutcomeStatus {
+    /// Outcome fully observable.
+    Confirmed,
+    /// Authorized, no outcome evidence yet.
+    Dispatched,
+    /// Outcome cannot be determined; the record stays open.
+    Indeterminate,
+}
+
+/// A CCS v1.3 receipt: the 22 fields of Figure 4 plus optional extensions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Receipt {
+    /// 1. Trace id of the verification event.
+    pub trace_id: String,
+    /// 2. Verdict.
+    pub verdict: Verdict,
+    /// 3. Unix time the verdict was finalized.
+    pub timestamp: f64,
+    /// 4. Tool name.
+    pub tool: String,
+    /// 5. Full 64-hex SHA-256 of the canonical params.
+    pub params_hash: String,
+    /// 6. Pipe-delimited rule=verdict pairs.
+    pub rule_summary: String,
+    /// 7. HMAC-SHA256 over the extended signed bytes, 32 hex.
+    pub receipt: String,
+    /// 8. Unix time of verification.
+    pub verified_at: f64,
+    /// 9. Reason for deny/escalate; empty for allow.
+    pub block_reason: String,
+    /// 10. "sha256:" + hex of the canonical request bytes (§6.1).
+    pub request_hash: String,
+    /// 11. "sha256:" + hex of the canonical response, or "" before the tool ran (§6.2).
+    pub response_hash: String,
+    /// 12. "sha256:" + hex of the canonical runtime context (§6.3).
+    pub runtime_context_hash: String,
+    /// 13. `ccs:tool-invoke:{tool}:{params sha256}` (§6.4).
+    pub action: String,
+    /// 14. 64-hex SHA-256 of the canonical configuration (§5.3).
+    pub config_hash: String,
+    /// 15. Verifier URI.
+    pub issuer: String,
+    /// 16. Consumer URI.
+    pub audience: String,
+    /// 17. 32-hex random nonce.
+    pub nonce: String,
+    /// 18. Monotonic per-issuer counter.
+    pub sequence: u64,
+    /// 19. Issue time.
+    pub issued_at: f64,
+    /// 20. Expiry time.
+    pub expires_at: f64,
+    /// 21. Clock skew tolerance, seconds.
+    pub max_clock_skew: f64,
+    /// 22. Ed25519 signature (128 hex) over JCS of every other field.
+    pub signature: String,
+    /// Outcome axis (§4.5, optional per §12.1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome_status: Option<OutcomeStatus>,
+    /// Hash of the previous hop's receipt when issued under delegation (§11.2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_receipt_hash: Option<String>,
+    /// Parent trace id under delegation (§11.2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_trace_id: Option<String>,
+    /// Challenge for missing evidence (§4.7).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub challenge: Option<Value>,
+    /// UNDECIDED scope-comparison result (§4.5.1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comparison_axis: Option<Value>,
+}
+
+type HmacSha256 = Hmac<Sha256>;
+
+impl Receipt {
+    /// The §4.2 extended signing payload string.
+    pub fn signed_bytes(&self) -> String {
+        format!(
+            "{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}",
+            self.trace_id,
+            self.verdict.as_str(),
+            format_python_float(self.timestamp),
+            self.tool,
+            self.params_hash,
+            self.rule_summary,
+            self.request_hash,
+            self.response_hash,
+            self.runtime_context_hash,
+            self.action,
+            self.config_hash,
+            self.issuer,
+            self.audience,
+            self.nonce,
+            self.sequence,
+            format_python_float(self.issued_at),
+            format_python_float(self.expires_at),
+        )
+    }
+
+    /// L0 HMAC: first 32 hex of HMAC-SHA256(secret, signed bytes).
+    pub fn compute_hmac(&self, secret: &[u8]) -> String {
+        // new_from_slice only fails for invalid key lengths, which HMAC has none of.
+        let mut mac = match HmacSha256::new_from_slice(secret) {
+            Ok(m) => m,
+            Err(_) => return String::new(),
+        };
+        mac.update(self.signed_bytes().as_bytes());
+        hex::encode(mac.finalize().into_bytes())[..32].to_string()
+    }
+
+    /// Constant-time check of the L0 HMAC.
+    pub fn verify_hmac(&self, secret: &[u8]) -> bool {
+        let Ok(mut mac) = HmacSha256::new_from_slice(secret) else {
+            return false;
+        };
+        mac.update(self.signed_bytes().as_bytes());
+        let Ok(want) = hex::decode(&self.receipt) else {
+            return false;
+        };
+        if want.len() != 16 {
+            return false;
+        }
+        mac.verify_truncated_left(&want).is_ok()
+    }
+
+    /// Canonical bytes covered by the Ed25519 signature (all fields but `signature`).
+    pub fn signature_payload(&self) -> Result<String, EvidenceError> {
+        self.canonical(false)
+    }
+
+    /// RFC 8785 form written directly (hot path); equal to JCS of the serde value.
+    fn canonical(&self, with_signature: bool) -> Result<String, EvidenceError> {
+        use crate::jcs::{format_es6, write_string, write_value, MAX_SAFE_INTEGER};
+        let mut o = String::with_capacity(1024);
+        let mut first = true;
+        let mut key = |o: &mut String, k: &str| {
+            o.push(if first { '{' } else { ',' });
+            first = false;
+            write_string(k, o);
+            o.push(':');
+        };
+        // Keys in RFC 8785 order (all ASCII, so byte order is UTF-16 order).
+        key(&mut o, "action");
+        write_string(&self.action, &mut o);
+        key(&mut o, "audience");
+        write_string(&self.audience, &mut o);
+        key(&mut o, "block_reason");
+        write_string(&self.block_reason, &mut o);
+        if let Some(c) = &self.challenge {
+            key(&mut o, "challenge");
+            write_value(c, &mut o)?;
+        }
+        if let Some(c) = &self.comparison_axis {
+            key(&mut o, "comparison_axis");
+            write_value(c, &mut o)?;
+        }
+        key(&mut o, "config_hash");
+        write_string(&self.config_hash, &mut o);
+        key(&mut o, "expires_at");
+        o.push_str(&format_es6(self.expires_at)?);
+        key(&mut o, "issued_at");
+        o.push_str(&format_es6(self.issued_at)?);
+        key(&mut o, "issuer");
+        write_string(&self.issuer, &mut o);
+        key(&mut o, "max_clock_skew");
+        o.push_str(&format_es6(self.max_clock_skew)?);
+        key(&mut o, "nonce");
+        write_string(&self.nonce, &mut o);
+        if let Some(st) = self.outcome_status {
+            key(&mut o, "outcome_status");
+            write_string(st.as_str(), &mut o);
+        }
+        key(&mut o, "params_hash");
+        write_string(&self.params_hash, &mut o);
+        if let Some(p) = &self.parent_trace_id {
+            key(&mut o, "parent_trace_id");
+            write_string(p, &mut o);
+        }
+        if let Some(p) = &self.previous_receipt_hash {
+            key(&mut o, "previous_receipt_hash");
+            write_string(p, &mut o);
+        }
+        key(&mut o, "receipt");
+        write_string(&self.receipt, &mut o);
+        key(&mut o, "request_hash");
+        write_string(&self.request_hash, &mut o);
+        key(&mut o, "response_hash");
+        write_string(&self.response_hash, &mut o);
+        key(&mut o, "rule_summary");
+        write_string(&self.rule_summary, &mut o);
+        key(&mut o, "runtime_context_hash");
+        write_string(&self.runtime_context_hash, &mut o);
+        key(&mut o, "sequence");
+        if self.sequence > MAX_SAFE_INTEGER {
+            return Err(EvidenceError::Canonical("sequence beyond 2^53".into()));
+        }
+        o.push_str(&self.sequence.to_string());
+        if with_signature {
+            key(&mut o, "signature");
+            write_string(&self.signature, &mut o);
+        }
+        key(&mut o, "timestamp");
+        o.push_str(&format_es6(self.timestamp)?);
+        key(&mut o, "tool");
+        write_string(&self.tool, &mut o);
+        key(&mut o, "trace_id");
+        write_string(&self.trace_id, &mut o);
+        key(&mut o, "verdict");
+        write_string(self.verdict.as_str(), &mut o);
+        key(&mut o, "verified_at");
+        o.push_str(&format_es6(self.verified_at)?);
+        o.push('}');
+        Ok(o)
+    }
+
+    /// Recompute HMAC and Ed25519 signature with the given keys.
+    pub fn seal(&mut self, keys: &KeyMaterial) -> Result<(), EvidenceError> {
+        self.receipt = self.compute_hmac(keys.hmac_secret());
+        let payload = self.signature_payload()?;
+        self.signature = hex::encode(keys.sign(payload.as_bytes()).to_bytes());
+        Ok(())
+    }
+
+    /// Verify the Ed25519 signature with a pinned public key.
+    pub fn verify_signature(&self, pk: &VerifyingKey) -> bool {
+        match self.signature_payload() {
+            Ok(p) => verify_sig(pk, p.as_bytes(), &self.signature),
+            Err(_) => false,
+        }
+    }
+
+    /// "sha256:" + hex SHA-256 of the JCS of the full receipt (chain linkage).
+    pub fn receipt_hash(&self) -> Result<String, EvidenceError> {
+        Ok(format!(
+            "sha256:{}",
+            sha256_hex(self.canonical(true)?.as_bytes())
+        ))
+    }
+
+    /// JSON value of the receipt.
+    pub fn to_value(&self) -> Result<Value, EvidenceError> {
+        Ok(serde_json::to_value(self)?)
+    }
+
+    /// Parse a receipt, refusing error responses posing as receipts (§3.4).
+    pub fn from_value(v: &Value) -> Result<Self, EvidenceError> {
+        if v.get("error_code").is_some() {
+            return Err(EvidenceError::Invalid(
+                "error response is not a receipt".into(),
+            ));
+        }
+        Ok(serde_json::from_value(v.clone())?)
+    }
+}
+
+/// Compute `action` for a tool and full params hash (§6.4).
+pub fn action_for(tool: &str, params_hash: &str) -> String {
+    format!("ccs:tool-invoke:{tool}:{params_hash}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn sample() -> Receipt {
+        Receipt {
+            trace_id: "t\u{e9}\"x".into(),
+            verdict: Verdict::Deny,
+            timestamp: 1722384000.123456,
+            tool: "shell_exec".into(),
+            params_hash: "ab".repeat(32),
+            rule_summary: "a=allow|b=deny".into(),
+            receipt: "00".repeat(16),
+            verified_at: 1722384000.5,
+            block_reason: "RCE\n".into(),
+            request_hash: "sha256:x".into(),
+            response_hash: String::new(),
+            runtime_context_hash: "sha256:y".into(),
+            action: "ccs:tool-invoke:shell_exec:ab".into(),
+            config_hash: "cd".repeat(32),
+            issuer: "https://i".into(),
+            audience: "https://a".into(),
+            nonce: "ef".repeat(16),
+            sequence: 42,
+            issued_at: 1722384000.0,
+            expires_at: 1722384060.0,
+            max_clock_skew: 30.0,
+            signature: "ff".repeat(64),
+            outcome_status: Some(OutcomeStatus::Confirmed),
+            previous_receipt_hash: Some("sha256:p".into()),
+            parent_trace_id: Some("parent".into()),
+            challenge: Some(json!({"missing":["x"],"\u{20ac}":1,"a":1.5})),
+            comparison_axis: Some(json!({"verdict":"UNDECIDED"})),
+        }
+    }
+
+    fn generic(r: &Receipt, with_sig: bool) -> String {
+        let mut v = serde_json::to_value(r).unwrap();
+        if !with_sig {
+            v.as_object_mut().unwrap().remove("signature");
+        }
+        crate::jcs::canonicalize(&v).unwrap()
+    }
+
+    #[test]
+    fn ccs_14_1_direct_canonical_writer_equals_generic_jcs() {
+        let mut r = sample();
+        assert_eq!(r.canonical(false).unwrap(), generic(&r, false));
+        assert_eq!(r.canonical(true).unwrap(), generic(&r, true));
+        r.outcome_status = None;
+        r.previous_receipt_hash = None;
+        r.parent_trace_id = None;
+        r.challenge = None;
+        r.comparison_axis = None;
+        r.verdict = Verdict::Allow;
+        assert_eq!(r.canonical(false).unwrap(), generic(&r, false));
+        assert_eq!(r.canonical(true).unwrap(), generic(&r, true));
+    }
+}

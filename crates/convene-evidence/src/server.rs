@@ -1,0 +1,281 @@
+//! Out-of-process verifier (§7.4, §8): a Unix-socket server that alone holds the key.
+
+use crate::error::{EvidenceError, IntakeError};
+use crate::hook::ToolGate;
+use crate::intake;
+use crate::issuer::{IssuedReceipt, Verifier};
+use crate::receipt::Receipt;
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Default out-of-process verifier timeout (§8.2).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(5000);
+/// Largest accepted request line (intake limit plus envelope overhead).
+const MAX_LINE: usize = 256 * 1024;
+
+/// Handle one request object; never panics across the socket.
+pub fn handle(v: &Verifier, req: &Value) -> Value {
+    match req.get("op").and_then(Value::as_str) {
+        Some("issue") => {
+            let Some(i) = req.get("intake") else {
+                return json!({"ok": false, "error": {"error_code": "INTAKE_MALFORMED",
+                    "error_message": "missing intake", "retry_after": null, "trace_id": null}});
+            };
+            let r = match req.get("audience").and_then(Value::as_str) {
+                Some(a) => v.issue_for(i, a),
+                None => v.issue(i),
+            };
+            match r.map(|x| x.bundle()) {
+                Ok(Ok(b)) => json!({"ok": true, "bundle": b}),
+                Ok(Err(_)) => json!({"ok": false, "error": {"error_code": "INTAKE_FAILED",
+                    "error_message": "intake processing failed", "retry_after": null, "trace_id": null}}),
+                Err(e) => json!({"ok": false, "error": e.to_response()}),
+            }
+        }
+        Some("finalize") => {
+            let parsed = req
+                .get("receipt")
+                .map(Receipt::from_value)
+                .transpose()
+                .ok()
+                .flatten();
+            match (parsed, req.get("response")) {
+                (Some(r), Some(resp)) => match v.finalize(&r, resp).and_then(|f| f.to_value()) {
+                    Ok(f) => json!({"ok": true, "receipt": f}),
+                    Err(_) => json!({"ok": false, "error": {"error_code": "REJECTED"}}),
+                },
+                _ => json!({"ok": false, "error": {"error_code": "MALFORMED"}}),
+            }
+        }
+        Some("public") => json!({
+            "ok": true,
+            "issuer": v.settings().issuer,
+            "public_key": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, v.keys().public().to_bytes()),
+            "fingerprint": v.keys().fingerprint(),
+            "config": v.config(),
+            "config_hash": v.config_hash(),
+            "manifest": v.manifest(),
+        }),
+        _ => json!({"ok": false, "error": {"error_code": "MALFORMED"}}),
+    }
+}
+
+fn serve_conn(v: &Verifier, stream: UnixStream) -> std::io::Result<()> {
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let mut w = stream.try_clone()?;
+    let mut reader = BufReader::new(stream);
+    loop {
+        let mut line = String::new();
+        let n = reader.by_ref().take(MAX_LINE as u64).read_line(&mut line)?;
+        if n == 0 {
+            return Ok(());
+        }
+        let resp = match serde_json::from_str::<Value>(&line) {
+            Ok(req) => handle(v, &req),
+            Err(_) => json!({"ok": false, "error": {"error_code": "INTAKE_MALFORMED",
+                "error_message": "request is not valid JSON", "retry_after": null, "trace_id": null}}),
+        };
+        let mut s = resp.to_string();
+        s.push('\n');
+        w.write_all(s.as_bytes())?;
+    }
+}
+
+/// Serve forever (or for `max_conns` connections) on a Unix socket.
+pub fn serve(
+    v: Arc<Verifier>,
+    socket: &Path,
+    max_conns: Option<usize>,
+) -> Result<(), EvidenceError> {
+    if socket.exists() {
+        std::fs::remove_file(socket)?;
+    }
+    let listener = UnixListener::bind(socket)?;
+    // Only the owner may talk to the key-holding process.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600))?;
+    }
+    let mut served = 0usize;
+    for conn in listener.incoming() {
+        let Ok(stream) = conn else { continue };
+        let v = v.clone();
+        std::thread::spawn(move || {
+            let _ = serve_conn(&v, stream);
+        });
+        served += 1;
+        if max_conns.is_some_and(|m| served >= m) {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Client for the out-of-process verifier; every failure blocks the invocation.
+pub struct RemoteVerifier {
+    socket: PathBuf,
+    timeout: Duration,
+    pinned: Option<ed25519_dalek::VerifyingKey>,
+}
+
+impl RemoteVerifier {
+    /// Client with the §8.2 default timeout of 5000 ms.
+    pub fn new(socket: &Path) -> Self {
+        Self {
+            socket: socket.to_path_buf(),
+            timeout: DEFAULT_TIMEOUT,
+            pinned: None,
+        }
+    }
+
+    /// Only accept receipts signed by this key (guards against a spoofed socket).
+    pub fn with_pinned_key(mut self, pk: ed25519_dalek::VerifyingKey) -> Self {
+        self.pinned = Some(pk);
+        self
+    }
+
+    fn check_pin(&self, r: &Receipt) -> Result<(), EvidenceError> {
+        match &self.pinned {
+            Some(pk) if !r.verify_signature(pk) => Err(EvidenceError::SignatureInvalid),
+            _ => Ok(()),
+        }
+    }
+
+    /// Override the timeout.
+    pub fn with_timeout(mut self, t: Duration) -> Self {
+        self.timeout = t;
+        self
+    }
+
+    /// Send one request and wait (bounded) for its answer.
+    pub fn call(&self, req: &Value) -> Result<Value, EvidenceError> {
+        let stream = UnixStream::connect(&self.socket)
+            .map_err(|_| EvidenceError::Unreachable("verifier socket".into()))?;
+        stream.set_read_timeout(Some(self.timeout))?;
+        stream.set_write_timeout(Some(self.timeout))?;
+        let mut w = stream.try_clone()?;
+        let mut s = req.to_string();
+        s.push('\n');
+        w.write_all(s.as_bytes()).map_err(map_io)?;
+        let mut line = String::new();
+        let n = BufReader::new(stream)
+            .read_line(&mut line)
+            .map_err(map_io)?;
+        if n == 0 {
+            return Err(EvidenceError::Unreachable(
+                "verifier closed the connection".into(),
+            ));
+        }
+        Ok(serde_json::from_str(&line)?)
+    }
+
+    /// Ask the verifier to bind a response to a receipt.
+    pub fn finalize(&self, r: &Receipt, response: &Value) -> Result<Receipt, EvidenceError> {
+        let resp =
+            self.call(&json!({"op": "finalize", "receipt": r.to_value()?, "response": response}))?;
+        match resp.get("receipt") {
+            Some(x) if resp["ok"] == true => {
+                let r = Receipt::from_value(x)?;
+                self.check_pin(&r)?;
+                Ok(r)
+            }
+            _ => Err(EvidenceError::Rejected("finalize refused".into())),
+        }
+    }
+}
+
+fn map_io(e: std::io::Error) -> EvidenceError {
+    match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => EvidenceError::Timeout,
+        _ => EvidenceError::Unreachable("verifier i/o".into()),
+    }
+}
+
+impl ToolGate for RemoteVerifier {
+    fn decide(&self, intake_v: &Value) -> Result<IssuedReceipt, EvidenceError> {
+        let resp = self.call(&json!({"op": "issue", "intake": intake_v}))?;
+        if resp.get("ok") != Some(&Value::Bool(true)) {
+            let code = resp["error"]["error_code"]
+                .as_str()
+                .unwrap_or("INTAKE_FAILED");
+            let msg = resp["error"]["error_message"]
+                .as_str()
+                .unwrap_or("verifier refused");
+            let c = match code {
+                "INTAKE_MISSING_FIELD" => crate::IntakeErrorCode::IntakeMissingField,
+                "INTAKE_OVERFLOW" => crate::IntakeErrorCode::IntakeOverflow,
+                "INTAKE_TIMEOUT" => crate::IntakeErrorCode::IntakeTimeout,
+                "INTAKE_VERSION_UNSUPPORTED" => crate::IntakeErrorCode::IntakeVersionUnsupported,
+                "INTAKE_MALFORMED" => crate::IntakeErrorCode::IntakeMalformed,
+                _ => crate::IntakeErrorCode::IntakeFailed,
+            };
+            return Err(IntakeError::new(c, msg).into());
+        }
+        let b = &resp["bundle"];
+        let receipt = Receipt::from_value(&b["receipt"])?;
+        self.check_pin(&receipt)?;
+        let command = intake::parse_value(&b["command"])?;
+        // The receipt must be about the call we asked for, not some other one.
+        let asked = intake::parse_value(intake_v)?;
+        if command.canonical_params != asked.canonical_params
+            || command.tool != asked.tool
+            || receipt.trace_id != asked.trace_id
+        {
+            return Err(EvidenceError::Rejected(
+                "verifier answered for another call".into(),
+            ));
+        }
+        Ok(IssuedReceipt {
+            receipt,
+            command,
+            latency_us: b["latency_us"].as_u64().unwrap_or(0),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys::KeyMaterial;
+    use crate::receipt::Verdict;
+    use crate::rules::default_rules;
+    use crate::VerifierSettings;
+
+    #[test]
+    fn ccs_3_1_4_out_of_process_round_trip_and_pinning() {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("v.sock");
+        let keys = KeyMaterial::generate(None);
+        let v = Arc::new(
+            Verifier::new(VerifierSettings::default(), keys.clone(), default_rules()).unwrap(),
+        );
+        let s2 = sock.clone();
+        let h = std::thread::spawn(move || serve(v, &s2, Some(3)));
+        for _ in 0..100 {
+            if sock.exists() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let intake = json!({"intake_version":"1.3","agent_id":"a","tool":"search_web",
+            "params":{"q":"x"},"timestamp":1.0,"trace_id":"t1"});
+        let client = RemoteVerifier::new(&sock).with_pinned_key(keys.public());
+        let got = client.decide(&intake).unwrap();
+        assert_eq!(got.receipt.verdict, Verdict::Allow);
+        let fin = client.finalize(&got.receipt, &json!({"ok": 1})).unwrap();
+        assert!(fin.response_hash.starts_with("sha256:"));
+        // A different pinned key (spoofed verifier) is refused.
+        let other = KeyMaterial::generate(None);
+        let spoofed = RemoteVerifier::new(&sock).with_pinned_key(other.public());
+        assert!(matches!(
+            spoofed.decide(&intake),
+            Err(EvidenceError::SignatureInvalid)
+        ));
+        h.join().unwrap().unwrap();
+    }
+}
