@@ -58,6 +58,20 @@ enum Cmd {
     Ledger(ledger_io::LedgerCmd),
     /// Print the API key (for remote TCP clients).
     ShowKey,
+    /// CCS evidence receipts: keygen, issue, verify, chain, manifest, export (see docs/evidence.md).
+    #[command(disable_help_flag = true)]
+    Evidence {
+        /// Arguments for the evidence CLI.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// The out-of-process CCS verifier (`verifier serve`).
+    #[command(disable_help_flag = true)]
+    Verifier {
+        /// Arguments for the verifier.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 fn default_home() -> PathBuf {
@@ -68,6 +82,14 @@ fn default_home() -> PathBuf {
 }
 
 fn main() -> Result<()> {
+    // `convene evidence …` and `convene verifier …` belong to the CCS evidence crate's CLI.
+    let argv: Vec<String> = std::env::args().collect();
+    if matches!(
+        argv.get(1).map(String::as_str),
+        Some("evidence" | "verifier")
+    ) {
+        std::process::exit(convene_evidence::cli::run(argv[1..].to_vec()));
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("CONVENE_LOG")
@@ -102,6 +124,12 @@ fn main() -> Result<()> {
             Ok(())
         }
         Cmd::Ledger(c) => ledger_io::run(&home, cli.json, c),
+        Cmd::Evidence { args } => std::process::exit(convene_evidence::cli::run(
+            [vec!["evidence".to_string()], args].concat(),
+        )),
+        Cmd::Verifier { args } => std::process::exit(convene_evidence::cli::run(
+            [vec!["verifier".to_string()], args].concat(),
+        )),
         other => client_cmds::run(&home, cli.json, other_into(other)),
     }
 }
@@ -115,6 +143,10 @@ fn other_into(c: Cmd) -> client_cmds::Cmd {
         Cmd::Reply(r) => client_cmds::Cmd::Reply(r),
         Cmd::Inbox(i) => client_cmds::Cmd::Inbox(i),
         Cmd::Tail(t) => client_cmds::Cmd::Tail(t),
-        Cmd::Serve { .. } | Cmd::Ledger(_) | Cmd::ShowKey => client_cmds::Cmd::Status,
+        Cmd::Serve { .. }
+        | Cmd::Ledger(_)
+        | Cmd::ShowKey
+        | Cmd::Evidence { .. }
+        | Cmd::Verifier { .. } => client_cmds::Cmd::Status,
     }
 }
