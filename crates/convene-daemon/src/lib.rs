@@ -2,6 +2,7 @@
 //! worker and the faces (today: CCCC daemon IPC v1 on a Unix socket and optional TCP).
 
 pub mod blobs;
+pub mod gate;
 pub mod home;
 pub mod hub;
 pub mod ipc;
@@ -86,6 +87,8 @@ pub struct Daemon {
     pub heartbeat: Duration,
     /// Largest request line.
     pub max_request_bytes: usize,
+    /// The CCS verifier that gates agent tool calls.
+    pub gate: Arc<convene_evidence::Verifier>,
     shutdown: watch::Sender<bool>,
 }
 
@@ -119,6 +122,7 @@ pub async fn start(cfg: Config) -> Result<Running, DaemonError> {
     let (ledger, commits) = Ledger::open(&home.db(), cfg.limits.clone())?;
     let blobs = Blobs::open(home.root.join("blobs"))
         .map_err(|e| HomeError::Io(home.root.join("blobs"), e))?;
+    let gate = Arc::new(gate::open(&home.root.join("evidence"))?);
     let runtime = Runtime::new(ledger.clone(), cfg.command_timeout);
     runtime.spawn_worker(commits);
     let (shutdown, _) = watch::channel(false);
@@ -129,6 +133,7 @@ pub async fn start(cfg: Config) -> Result<Running, DaemonError> {
         api_key,
         heartbeat: cfg.heartbeat,
         max_request_bytes: cfg.max_request_bytes,
+        gate,
         shutdown,
     });
 

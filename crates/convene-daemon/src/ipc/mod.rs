@@ -245,6 +245,7 @@ async fn dispatch(d: &Daemon, op: &str, a: Args) -> Result<Value, CoreError> {
         "ledger_search" => ops_ledger::search(d, &a),
         "ledger_window" => ops_ledger::window(d, &a),
         "ledger_statuses" => ops_ledger::statuses(d, &a),
+        "tool_gate" => ops_chat::tool_gate(d, &a).await,
         "ledger_import" => {
             let gid = a.req("group_id")?;
             let events = a.obj_list("events")?;

@@ -469,3 +469,34 @@ pub(super) fn blob_get(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
     }
     d.blobs.get_b64(&a.req("path")?)
 }
+
+/// Gates an agent tool call: a signed CCS receipt, stored, then appended to the ledger.
+pub(super) async fn tool_gate(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
+    let gid = a.req("group_id")?;
+    if d.ledger.engine().group(&gid).is_none() {
+        return Err(CoreError::no_group(&gid));
+    }
+    let intake =
+        a.0.get("intake")
+            .cloned()
+            .ok_or_else(|| CoreError::invalid("intake is required").with("field", "intake"))?;
+    let gate = d.gate.clone();
+    let decision = tokio::task::spawn_blocking(move || crate::gate::decide(&gate, &intake))
+        .await
+        .map_err(|e| CoreError::new(convene_core::ErrorCode::Internal, e.to_string()))??;
+    let c = d
+        .ledger
+        .execute(Command::AppendExtension {
+            group_id: gid,
+            by: "system".into(),
+            kind: convene_evidence::EVENT_KIND.into(),
+            data: decision.event_data.clone(),
+        })
+        .await?;
+    Ok(json!({
+        "permitted": decision.permitted,
+        "verdict": decision.event_data["verdict"],
+        "receipt": decision.event_data["receipt"],
+        "event": c.primary().map(ev_value),
+    }))
+}

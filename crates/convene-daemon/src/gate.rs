@@ -1,0 +1,85 @@
+//! The tool gate (CCS, issue 4): before an agent's tool call runs, the in-process verifier
+//! issues a signed receipt (stored durably in `<home>/evidence/receipts.sqlite`), and the
+//! receipt is appended to the group ledger as `x.convene.evidence.receipt`, so collaboration
+//! history and evidence share one order. Fail-closed: any error means no permission.
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+use convene_core::{CoreError, ErrorCode};
+use convene_evidence::hook::{self, ToolGate};
+use convene_evidence::issuer::{Verifier, VerifierSettings};
+use convene_evidence::keys::{KeyFile, KeyMaterial};
+use convene_evidence::store::EvidenceStore;
+
+/// Opens (creating at first start) the signing key and the receipt store, and builds the verifier.
+pub fn open(dir: &Path) -> Result<Verifier, CoreError> {
+    let fail = |what: &str, e: &dyn std::fmt::Display| {
+        CoreError::new(ErrorCode::Internal, format!("evidence {what}: {e}"))
+    };
+    std::fs::create_dir_all(dir).map_err(|e| fail("dir", &e))?;
+    let key_path = dir.join("key.json");
+    let keys = match std::fs::read_to_string(&key_path) {
+        Ok(text) => {
+            let f: KeyFile = serde_json::from_str(&text).map_err(|e| fail("key file", &e))?;
+            KeyMaterial::from_file(&f).map_err(|e| fail("key file", &e))?
+        }
+        Err(_) => {
+            let k = KeyMaterial::generate(None);
+            let body = serde_json::to_vec_pretty(&k.to_file()).map_err(|e| fail("key file", &e))?;
+            // The private key is owner-only from the moment it exists.
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&key_path)
+                .map_err(|e| fail("key file", &e))?;
+            f.write_all(&body)
+                .and_then(|_| f.sync_all())
+                .map_err(|e| fail("key file", &e))?;
+            k
+        }
+    };
+    let store = EvidenceStore::open(&dir.join("receipts.sqlite")).map_err(|e| fail("store", &e))?;
+    Verifier::new(
+        VerifierSettings::default(),
+        keys,
+        convene_evidence::rules::default_rules(),
+    )
+    .and_then(|v| v.with_store(store))
+    .map_err(|e| fail("verifier", &e))
+}
+
+/// A gate decision: whether the tool may run, and the ledger event data for the receipt.
+pub struct Decision {
+    /// True only for an `allow` receipt.
+    pub permitted: bool,
+    /// `x.convene.evidence.receipt` data.
+    pub event_data: serde_json::Value,
+}
+
+/// Evaluates an intake. Intake errors come back as `invalid_request` with the CCS error
+/// object in `details.ccs` (and no receipt).
+pub fn decide(v: &Verifier, intake: &serde_json::Value) -> Result<Decision, CoreError> {
+    let res = v.decide(intake);
+    let permitted = hook::permits(&res);
+    match res {
+        Ok(r) => {
+            let event_data = hook::event_payload(&r.receipt)
+                .map_err(|e| CoreError::new(ErrorCode::Internal, e.to_string()))?;
+            Ok(Decision {
+                permitted,
+                event_data,
+            })
+        }
+        Err(e) => {
+            let detail = serde_json::to_value(format!("{e}")).unwrap_or_default();
+            Err(
+                CoreError::invalid("tool call refused: no receipt could be issued (fail-closed)")
+                    .with("ccs", detail)
+                    .with("reason", "evidence_intake_failed"),
+            )
+        }
+    }
+}

@@ -1,0 +1,58 @@
+"""The daemon's tool gate: a CCS receipt for every tool-call decision, in the group ledger."""
+import json
+import subprocess
+import time
+
+import pytest
+from cccc_sdk import DaemonAPIError
+
+from conftest import convene_bin
+
+
+def intake(tool, params, trace):
+    return {"intake_version": "1.3", "agent_id": "lead", "tool": tool, "params": params,
+            "timestamp": time.time(), "trace_id": trace}
+
+
+def test_gate_allows_denies_and_records_receipts_in_ledger_order(client, group, daemon, tmp_path):
+    before = client.send(group_id=group, text="about to fetch", message_mode="send", to=["lead"])["event"]
+    ok = client.call("tool_gate", {"group_id": group, "intake": intake("http_get", {"url": "https://example.com/a"}, "t-1")})
+    assert ok["permitted"] is True and ok["verdict"] == "allow"
+    bad = client.call("tool_gate", {"group_id": group, "intake": intake("http_get", {"url": "http://169.254.169.254/latest/meta-data/"}, "t-2")})
+    assert bad["permitted"] is False and bad["verdict"] == "deny"
+    after = client.send(group_id=group, text="done", message_mode="send", to=["lead"])["event"]
+    evs = client.call("ledger_search", {"group_id": group, "after": before["id"], "limit": 100})["events"]
+    ours = [e for e in evs if e["kind"] != "runtime.delivery"]
+    assert [e["kind"] for e in ours] == ["x.convene.evidence.receipt", "x.convene.evidence.receipt", "chat.message"]
+    assert ours[-1]["id"] == after["id"]
+    rec = [e for e in evs if e["kind"] == "x.convene.evidence.receipt"]
+    assert rec[0]["by"] == "system" and rec[0]["data"]["trace_id"] == "t-1"
+    assert rec[1]["data"]["verdict"] == "deny"
+    # the receipt verifies offline with the daemon's key and the exact request
+    r = tmp_path / "r.json"
+    r.write_text(json.dumps(ok["receipt"]))
+    i = tmp_path / "i.json"
+    i.write_text(json.dumps(intake("http_get", {"url": "https://example.com/a"}, "t-1")))
+    p = subprocess.run([convene_bin(), "evidence", "verify", "--receipt", str(r), "--key", str(daemon.home / "evidence" / "key.json"),
+                        "--audience", ok["receipt"]["audience"], "--tool", "http_get",
+                        "--params", str(_params(tmp_path, {"url": "https://example.com/a"}))], capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+    # and fails for other parameters (binding)
+    p = subprocess.run([convene_bin(), "evidence", "verify", "--receipt", str(r), "--key", str(daemon.home / "evidence" / "key.json"),
+                        "--audience", ok["receipt"]["audience"], "--tool", "http_get",
+                        "--params", str(_params(tmp_path, {"url": "https://evil.example/"}))], capture_output=True, text=True)
+    assert p.returncode != 0 and "BINDING_MISMATCH" in (p.stdout + p.stderr)
+
+
+def _params(tmp_path, params):
+    f = tmp_path / f"p{abs(hash(json.dumps(params)))}.json"
+    f.write_text(json.dumps(params))
+    return f
+
+
+def test_gate_is_fail_closed_on_bad_intake(client, group):
+    head = client.call("ledger_tail", {"group_id": group, "limit": 1})["head_seq"]
+    with pytest.raises(DaemonAPIError) as ei:
+        client.call("tool_gate", {"group_id": group, "intake": {"intake_version": "9.9", "tool": "x"}})
+    assert ei.value.code == "invalid_request" and ei.value.details["reason"] == "evidence_intake_failed"
+    assert client.call("ledger_tail", {"group_id": group, "limit": 1})["head_seq"] == head
