@@ -7,6 +7,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Result;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use clap::{Parser, Subcommand};
 
 /// Convene: a durable collaboration ledger for agents and their human.

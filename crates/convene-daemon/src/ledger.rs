@@ -66,6 +66,8 @@ impl Ledger {
         let mut engine = Engine::new(groups, limits);
         settle_claims(&mut writer, &mut engine)?;
         let readers = Arc::new(convene_store::open_readers(db, 4)?);
+        let alive = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        convene_store::spawn_checkpointer(db, std::time::Duration::from_millis(250), alive.clone())?;
         let hub = Arc::new(Hub::new(4096));
         for g in engine.groups() {
             hub.feed(&g.group_id, g.last_seq);
@@ -83,7 +85,10 @@ impl Ledger {
         let committed = ledger.committed.clone();
         std::thread::Builder::new()
             .name("convene-writer".into())
-            .spawn(move || writer_loop(writer, engine, hub, rx, committed))
+            .spawn(move || {
+                writer_loop(writer, engine, hub, rx, committed);
+                alive.store(false, std::sync::atomic::Ordering::Relaxed);
+            })
             .map_err(|e| CoreError::storage(format!("cannot start writer: {e}")))?;
         Ok((ledger, crx))
     }
@@ -160,7 +165,6 @@ fn writer_loop(
     mut rx: mpsc::Receiver<Job>,
     committed: mpsc::UnboundedSender<Arc<Vec<Event>>>,
 ) {
-    let mut idle_since_checkpoint = 0usize;
     while let Some(first) = rx.blocking_recv() {
         let mut batch = Vec::with_capacity(16);
         batch.push(first);
@@ -219,7 +223,12 @@ fn writer_loop(
                             }],
                         )),
                     }
-                    all.push(e.clone());
+                    // Only prompt-delivery messages concern the runtime worker.
+                    if e.kind == convene_core::event::kinds::CHAT_MESSAGE
+                        && matches!(e.data_str("message_mode"), Some("send" | "request_reply"))
+                    {
+                        all.push(e.clone());
+                    }
                 }
             }
         }
@@ -237,13 +246,6 @@ fn writer_loop(
                 events: out.events.into_iter().zip(jsons).collect(),
                 existing: out.existing,
             }));
-        }
-        idle_since_checkpoint += 1;
-        if rx.is_empty() && idle_since_checkpoint >= 256 {
-            idle_since_checkpoint = 0;
-            if let Err(e) = writer.checkpoint() {
-                tracing::warn!(error = %e, "wal checkpoint failed");
-            }
         }
     }
     let _ = writer.checkpoint();

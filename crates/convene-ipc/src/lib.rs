@@ -84,6 +84,15 @@ pub fn ok_line(result: Value) -> Vec<u8> {
     v
 }
 
+/// A success response line around an already-serialized `result` object (with newline).
+pub fn ok_line_raw(result_json: &str) -> Vec<u8> {
+    let mut v = Vec::with_capacity(result_json.len() + 32);
+    v.extend_from_slice(b"{\"v\":1,\"ok\":true,\"result\":");
+    v.extend_from_slice(result_json.as_bytes());
+    v.extend_from_slice(b"}\n");
+    v
+}
+
 /// An error response line (with newline).
 pub fn err_line(code: &str, message: &str, details: Map<String, Value>) -> Vec<u8> {
     let mut v = serde_json::to_vec(&json!({
@@ -142,6 +151,16 @@ mod tests {
                 String::from_utf8_lossy(line)
             );
         }
+    }
+
+    #[test]
+    fn raw_ok_line_equals_the_value_form() {
+        let raw = ok_line_raw(r#"{"a":1}"#);
+        let val = ok_line(json!({"a": 1}));
+        let a: Value = serde_json::from_slice(&raw).unwrap();
+        let b: Value = serde_json::from_slice(&val).unwrap();
+        assert_eq!(a, b);
+        assert!(raw.ends_with(b"\n"));
     }
 
     #[test]

@@ -55,8 +55,32 @@ fn configure(conn: &Connection) -> Result<()> {
 pub fn open_writer(path: &Path) -> Result<Writer> {
     let conn = Connection::open(path)?;
     configure(&conn)?;
+    // Checkpoints run on their own thread (`spawn_checkpointer`), never inside a commit.
+    conn.pragma_update(None, "wal_autocheckpoint", 0)?;
     migrate(&conn)?;
     Ok(Writer::new(conn))
+}
+
+/// Starts a thread that copies the WAL into the database file every `every`, with its own
+/// connection, so the main file's fsync never sits on the write path. The thread ends when
+/// `keep_running` turns false or the database goes away.
+pub fn spawn_checkpointer(path: &Path, every: std::time::Duration, keep_running: std::sync::Arc<std::sync::atomic::AtomicBool>) -> Result<()> {
+    let conn = Connection::open(path)?;
+    configure(&conn)?;
+    std::thread::Builder::new()
+        .name("convene-checkpoint".into())
+        .spawn(move || {
+            while keep_running.load(std::sync::atomic::Ordering::Relaxed) {
+                std::thread::sleep(every);
+                // PASSIVE never blocks the writer; frames still read by a reader wait for the next round.
+                if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+                    tracing::warn!(error = %e, "checkpoint failed; checkpointer stops");
+                    return;
+                }
+            }
+        })
+        .map_err(|e| StoreError::Corrupt(format!("cannot start checkpointer: {e}")))?;
+    Ok(())
 }
 
 /// Opens `n` read-only connections to the database.

@@ -187,7 +187,8 @@ where
                             return;
                         }
                         _ => match dispatch(&d, &req.op, Args(req.args)).await {
-                            Ok(v) => convene_ipc::ok_line(v),
+                            Ok(Reply::Json(v)) => convene_ipc::ok_line(v),
+                            Ok(Reply::Raw(s)) => convene_ipc::ok_line_raw(&s),
                             Err(e) => error_line(&e),
                         },
                     }
@@ -204,7 +205,24 @@ where
     }
 }
 
-async fn dispatch(d: &Daemon, op: &str, a: Args) -> Result<Value, CoreError> {
+/// A result: a JSON value, or an object already serialized (the hot paths splice stored
+/// event JSON instead of re-encoding it).
+pub(crate) enum Reply {
+    /// To be serialized.
+    Json(Value),
+    /// Serialized `result` object.
+    Raw(String),
+}
+
+async fn dispatch(d: &Daemon, op: &str, a: Args) -> Result<Reply, CoreError> {
+    match op {
+        "send" => ops_chat::send(d, &a).await.map(Reply::Raw),
+        "reply" => ops_chat::reply(d, &a).await.map(Reply::Raw),
+        _ => dispatch_value(d, op, a).await.map(Reply::Json),
+    }
+}
+
+async fn dispatch_value(d: &Daemon, op: &str, a: Args) -> Result<Value, CoreError> {
     match op {
         "ping" => Ok(ops_group::ping(d)),
         "version" => Ok(ops_group::version()),
@@ -227,8 +245,6 @@ async fn dispatch(d: &Daemon, op: &str, a: Args) -> Result<Value, CoreError> {
         "actor_update" => ops_group::actor_update(d, &a).await,
         "actor_remove" => ops_group::actor_remove(d, &a).await,
         "actor_list" => ops_group::actor_list(d, &a),
-        "send" => ops_chat::send(d, &a).await,
-        "reply" => ops_chat::reply(d, &a).await,
         "reply_request_cancel" => ops_chat::cancel(d, &a).await,
         "message_deliver" => ops_chat::deliver(d, &a).await,
         "inbox_peek" => ops_chat::inbox_peek(d, &a),

@@ -41,26 +41,28 @@ fn send_args(d: &Daemon, a: &Args, group_id: String) -> Result<SendArgs, CoreErr
     })
 }
 
-fn sent(c: &crate::ledger::Committed) -> Value {
+/// `{event, message_mode[, duplicate]}`, splicing the stored event JSON when it is fresh.
+fn sent(c: &crate::ledger::Committed) -> String {
+    if let Some((e, json)) = c.events.first().filter(|_| c.existing.is_none()) {
+        let mode = Value::String(e.data_str("message_mode").unwrap_or("send").to_string());
+        return format!("{{\"event\":{json},\"message_mode\":{mode}}}");
+    }
     let e = c.primary();
-    let mode = e
-        .and_then(|e| e.data_str("message_mode"))
-        .unwrap_or("send")
-        .to_string();
+    let mode = e.and_then(|e| e.data_str("message_mode")).unwrap_or("send").to_string();
     let mut v = json!({"event": e.map(ev_value), "message_mode": mode});
     if c.existing.is_some() {
         v["duplicate"] = json!(true);
     }
-    v
+    v.to_string()
 }
 
-pub(super) async fn send(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
+pub(super) async fn send(d: &Daemon, a: &Args) -> Result<String, CoreError> {
     let gid = a.req("group_id")?;
     let args = send_args(d, a, gid)?;
     Ok(sent(&d.ledger.execute(Command::Send(args)).await?))
 }
 
-pub(super) async fn reply(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
+pub(super) async fn reply(d: &Daemon, a: &Args) -> Result<String, CoreError> {
     let reply_to = a.req("reply_to")?;
     let gid = a.req("group_id")?;
     let mut args = send_args(d, a, gid.clone())?;
