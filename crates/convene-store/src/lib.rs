@@ -64,7 +64,11 @@ pub fn open_writer(path: &Path) -> Result<Writer> {
 /// Starts a thread that copies the WAL into the database file every `every`, with its own
 /// connection, so the main file's fsync never sits on the write path. The thread ends when
 /// `keep_running` turns false or the database goes away.
-pub fn spawn_checkpointer(path: &Path, every: std::time::Duration, keep_running: std::sync::Arc<std::sync::atomic::AtomicBool>) -> Result<()> {
+pub fn spawn_checkpointer(
+    path: &Path,
+    every: std::time::Duration,
+    keep_running: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Result<()> {
     let conn = Connection::open(path)?;
     configure(&conn)?;
     std::thread::Builder::new()

@@ -48,7 +48,10 @@ fn sent(c: &crate::ledger::Committed) -> String {
         return format!("{{\"event\":{json},\"message_mode\":{mode}}}");
     }
     let e = c.primary();
-    let mode = e.and_then(|e| e.data_str("message_mode")).unwrap_or("send").to_string();
+    let mode = e
+        .and_then(|e| e.data_str("message_mode"))
+        .unwrap_or("send")
+        .to_string();
     let mut v = json!({"event": e.map(ev_value), "message_mode": mode});
     if c.existing.is_some() {
         v["duplicate"] = json!(true);
