@@ -146,6 +146,31 @@ fn active() -> String {
 }
 
 impl Group {
+    /// A new, empty, active group.
+    pub fn new(
+        group_id: String,
+        title: String,
+        topic: String,
+        created_at: String,
+        updated_at: String,
+    ) -> Self {
+        Self {
+            group_id,
+            title,
+            topic,
+            created_at,
+            updated_at,
+            state: active(),
+            running: false,
+            scopes: Vec::new(),
+            active_scope_key: String::new(),
+            settings: Settings::default(),
+            actors: Vec::new(),
+            last_seq: 0,
+            retired_generations: Map::new(),
+        }
+    }
+
     /// An actor by id.
     pub fn actor(&self, id: &str) -> Option<&Actor> {
         self.actors.iter().find(|a| a.id == id)

@@ -46,6 +46,16 @@ fn check_manager(
     }
 }
 
+/// Applies a change to a group's state, bumps `updated_at` and records the snapshot.
+fn touch(ctx: &mut Ctx<'_>, group_id: &str, f: impl FnOnce(&mut Group)) {
+    let ts = ctx.ts();
+    if let Some(g) = ctx.groups.get_mut(group_id) {
+        f(g);
+        g.updated_at = ts;
+    }
+    ctx.upsert(group_id);
+}
+
 /// Creates a group; returns its id.
 pub(super) fn create(
     ctx: &mut Ctx<'_>,
@@ -64,21 +74,7 @@ pub(super) fn create(
     }
     let gid = new_group_id();
     let ts = ctx.ts();
-    let mut g = Group {
-        group_id: gid.clone(),
-        title: title.clone(),
-        topic: topic.clone(),
-        created_at: ts.clone(),
-        updated_at: ts,
-        state: "active".into(),
-        running: false,
-        scopes: Vec::new(),
-        active_scope_key: String::new(),
-        settings: Settings::default(),
-        actors: Vec::new(),
-        last_seq: 0,
-        retired_generations: Map::new(),
-    };
+    let mut g = Group::new(gid.clone(), title.clone(), topic.clone(), ts.clone(), ts);
     if let Some(s) = &scope {
         g.active_scope_key = s.scope_key.clone();
         g.scopes.push(s.clone());
@@ -140,17 +136,14 @@ pub(super) fn update(
         scope,
         json!({"patch": patch}),
     )?;
-    let ts = ctx.ts();
-    if let Some(g) = ctx.groups.get_mut(group_id) {
+    touch(ctx, group_id, |g| {
         if let Some(t) = get_str(&patch, "title") {
             g.title = t.to_string();
         }
         if let Some(t) = get_str(&patch, "topic") {
             g.topic = t.to_string();
         }
-        g.updated_at = ts;
-    }
-    ctx.upsert(group_id);
+    });
     Ok(())
 }
 
@@ -187,12 +180,9 @@ pub(super) fn settings(
         scope,
         json!({"patch": patch}),
     )?;
-    let ts = ctx.ts();
-    if let Some(g) = ctx.groups.get_mut(group_id) {
+    touch(ctx, group_id, |g| {
         g.settings = next;
-        g.updated_at = ts;
-    }
-    ctx.upsert(group_id);
+    });
     Ok(())
 }
 
@@ -217,13 +207,10 @@ pub(super) fn set_state(
         scope,
         json!({"state": state}),
     )?;
-    let ts = ctx.ts();
-    if let Some(g) = ctx.groups.get_mut(group_id) {
+    touch(ctx, group_id, |g| {
         g.state = state.to_string();
         g.running = state != "stopped";
-        g.updated_at = ts;
-    }
-    ctx.upsert(group_id);
+    });
     Ok(())
 }
 
@@ -276,15 +263,12 @@ pub(super) fn attach(
         scope.scope_key.clone(),
         json!({"scope_key": scope.scope_key, "url": scope.url, "label": scope.label}),
     )?;
-    let ts = ctx.ts();
-    if let Some(g) = ctx.groups.get_mut(group_id) {
+    touch(ctx, group_id, |g| {
         if !exists {
             g.scopes.push(scope.clone());
         }
         g.active_scope_key = scope.scope_key;
-        g.updated_at = ts;
-    }
-    ctx.upsert(group_id);
+    });
     Ok(())
 }
 
@@ -316,8 +300,7 @@ pub(super) fn detach(
         scope_key.to_string(),
         json!({"scope_key": scope_key}),
     )?;
-    let ts = ctx.ts();
-    if let Some(g) = ctx.groups.get_mut(group_id) {
+    touch(ctx, group_id, |g| {
         g.scopes.retain(|s| s.scope_key != scope_key);
         if g.active_scope_key == scope_key {
             g.active_scope_key = g
@@ -326,9 +309,7 @@ pub(super) fn detach(
                 .map(|s| s.scope_key.clone())
                 .unwrap_or_default();
         }
-        g.updated_at = ts;
-    }
-    ctx.upsert(group_id);
+    });
     Ok(())
 }
 
@@ -534,14 +515,11 @@ pub(super) fn actor_remove(
         scope,
         json!({"actor_id": actor_id}),
     )?;
-    let ts = ctx.ts();
-    if let Some(g) = ctx.groups.get_mut(group_id) {
+    touch(ctx, group_id, |g| {
         g.actors.retain(|a| a.id != actor_id);
         g.retired_generations
             .insert(actor_id.to_string(), Value::from(generation));
         g.fix_roles();
-        g.updated_at = ts;
-    }
-    ctx.upsert(group_id);
+    });
     Ok(())
 }

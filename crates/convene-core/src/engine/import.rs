@@ -5,7 +5,7 @@ use serde_json::{Map, Value};
 use super::{chat::project_message, get_str, groups, Ctx};
 use crate::error::CoreError;
 use crate::event::{format_ts, kinds, new_event_id, Event, ENVELOPE_V};
-use crate::model::{Actor, Group, Role, Settings};
+use crate::model::{Actor, Group, Role};
 
 /// Imports events in order. The group is created when absent (from the first
 /// `group.create`, else bare). Events whose id is already in the group are skipped, so an
@@ -54,21 +54,7 @@ pub(super) fn import(
             .unwrap_or_else(|| (group_id.to_string(), String::new(), ts.clone()));
         ctx.groups.insert(
             group_id.to_string(),
-            Group {
-                group_id: group_id.to_string(),
-                title,
-                topic,
-                created_at,
-                updated_at: ts,
-                state: "active".into(),
-                running: false,
-                scopes: Vec::new(),
-                active_scope_key: String::new(),
-                settings: Settings::default(),
-                actors: Vec::new(),
-                last_seq: 0,
-                retired_generations: Map::new(),
-            },
+            Group::new(group_id.to_string(), title, topic, created_at, ts),
         );
     }
     for (kind, o) in parsed {
