@@ -172,3 +172,22 @@ def test_tcp_loopback_is_local_trust_and_sdk_works_over_tcp(home):
         assert c.group_show(gid)["group"]["title"] == "over tcp"
     finally:
         d.stop()
+
+
+def test_pipelined_sends_share_commits_keep_order_and_reads_see_them(daemon, client, group):
+    conn = Conn(daemon.sock)
+    n = 500
+    reqs = b"".join((json.dumps({"v": 1, "op": "send", "args": {"group_id": group, "text": f"p{i}", "message_mode": "mail", "to": ["p1"]}}) + "\n").encode() for i in range(n))
+    # a bad one in the middle and a read at the end, all in one write
+    bad = (json.dumps({"v": 1, "op": "send", "args": {"group_id": group, "text": "x", "message_mode": "mail", "to": ["user"]}}) + "\n").encode()
+    tail = (json.dumps({"v": 1, "op": "ledger_tail", "args": {"group_id": group, "limit": 1}}) + "\n").encode()
+    # Write from another thread while reading, as a pipelining client must.
+    w = threading.Thread(target=conn.s.sendall, args=(reqs + bad + tail,))
+    w.start()
+    answers = [json.loads(conn.f.readline()) for _ in range(n + 2)]
+    w.join()
+    seqs = [a["result"]["event"]["seq"] for a in answers[:n]]
+    assert [a["result"]["event"]["data"]["text"] for a in answers[:n]] == [f"p{i}" for i in range(n)]
+    assert seqs == list(range(seqs[0], seqs[0] + n)), "pipelined sends keep their order"
+    assert answers[n]["ok"] is False and answers[n]["error"]["code"] == "invalid_request"
+    assert answers[n + 1]["result"]["head_seq"] == seqs[-1], "a read after pipelined writes sees them"

@@ -97,21 +97,23 @@ impl Ledger {
         Ok((ledger, crx))
     }
 
+    /// Queues a command in order; the receiver resolves once it is durable (or refused).
+    /// Commands queued by one caller are executed in the order they were queued.
+    pub async fn submit(
+        &self,
+        cmd: Command,
+    ) -> Result<oneshot::Receiver<Result<Committed, CoreError>>, CoreError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Job { cmd, reply })
+            .await
+            .map_err(|_| stopped())?;
+        Ok(rx)
+    }
+
     /// Executes a command; resolves once it is durable (or refused).
     pub async fn execute(&self, cmd: Command) -> Result<Committed, CoreError> {
-        let (reply, rx) = oneshot::channel();
-        self.tx.send(Job { cmd, reply }).await.map_err(|_| {
-            CoreError::new(
-                convene_core::ErrorCode::DaemonUnavailable,
-                "ledger writer stopped",
-            )
-        })?;
-        rx.await.map_err(|_| {
-            CoreError::new(
-                convene_core::ErrorCode::DaemonUnavailable,
-                "ledger writer stopped",
-            )
-        })?
+        self.submit(cmd).await?.await.map_err(|_| stopped())?
     }
 
     /// Read access to committed engine state (groups, actors, settings).
@@ -128,6 +130,14 @@ impl Ledger {
     pub fn hub(&self) -> &Arc<Hub> {
         &self.hub
     }
+}
+
+/// The error for a writer that is gone.
+pub fn stopped() -> CoreError {
+    CoreError::new(
+        convene_core::ErrorCode::DaemonUnavailable,
+        "ledger writer stopped",
+    )
 }
 
 /// Settles every `claimed` delivery of a previous process to `ambiguous`, before anything

@@ -2,21 +2,19 @@
 //! Thin: parse a line, call the engine through the ledger, shape the result as CCCC does.
 
 mod args;
+mod conn;
 mod ops_chat;
 mod ops_group;
 mod ops_ledger;
 mod stream;
 
-use std::sync::Arc;
-
 use convene_core::{Command, CoreError, ErrorCode, Event};
-use serde_json::{json, Map, Value};
-use tokio::io::{
-    AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, BufWriter,
-};
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt};
 
 use crate::Daemon;
 use args::Args;
+pub use conn::{serve_conn, MAX_IN_FLIGHT};
 
 /// Every op this face serves (advertised in `ping.capabilities`).
 pub const OPS: &[&str] = &[
@@ -82,14 +80,14 @@ pub(crate) fn error_line(e: &CoreError) -> Vec<u8> {
     convene_ipc::err_line(e.code.as_str(), &e.message, e.details.clone())
 }
 
-enum Frame {
+pub(crate) enum Frame {
     Line,
     TooLarge,
     Eof,
 }
 
 /// Reads one `\n`-terminated frame into `buf`, refusing (and skipping) frames over `max`.
-async fn read_frame<R: AsyncBufRead + Unpin>(
+pub(crate) async fn read_frame<R: AsyncBufRead + Unpin>(
     r: &mut R,
     buf: &mut Vec<u8>,
     max: usize,
@@ -128,101 +126,8 @@ async fn read_frame<R: AsyncBufRead + Unpin>(
     }
 }
 
-/// Serves one connection: any number of requests, answered in order.
-pub async fn serve_conn<S>(d: Arc<Daemon>, stream: S, trust: Trust)
-where
-    S: AsyncRead + AsyncWrite + Unpin,
-{
-    let (r, w) = tokio::io::split(stream);
-    let mut r = BufReader::with_capacity(64 * 1024, r);
-    let mut w = BufWriter::with_capacity(64 * 1024, w);
-    let mut buf = Vec::with_capacity(4096);
-    loop {
-        let frame = match read_frame(&mut r, &mut buf, d.max_request_bytes).await {
-            Ok(f) => f,
-            Err(_) => return,
-        };
-        let out = match frame {
-            Frame::Eof => return,
-            Frame::TooLarge => convene_ipc::err_line(
-                ErrorCode::LimitExceeded.as_str(),
-                &format!("request exceeds {} bytes", d.max_request_bytes),
-                json!({"limit": d.max_request_bytes, "reason": "request_too_large"})
-                    .as_object()
-                    .cloned()
-                    .unwrap_or_default(),
-            ),
-            Frame::Line if buf.iter().all(u8::is_ascii_whitespace) => continue,
-            Frame::Line => match convene_ipc::parse_request(&buf) {
-                Err(e) => {
-                    let mut det = Map::new();
-                    if let Some(f) = e.field {
-                        det.insert("field".into(), json!(f));
-                    }
-                    convene_ipc::err_line(e.code, &e.message, det)
-                }
-                Ok(mut req) => {
-                    if trust == Trust::Remote {
-                        let key = req
-                            .args
-                            .remove("api_key")
-                            .and_then(|v| v.as_str().map(str::to_string));
-                        if key.as_deref() != Some(d.api_key.as_str()) {
-                            let e = CoreError::denied("this endpoint requires args.api_key");
-                            let _ = w.write_all(&error_line(&e)).await;
-                            let _ = w.flush().await;
-                            continue;
-                        }
-                    }
-                    match req.op.as_str() {
-                        "events_stream" => {
-                            let _ = stream::events_stream(&d, Args(req.args), &mut r, &mut w).await;
-                            let _ = w.flush().await;
-                            return;
-                        }
-                        "runtime_attach" => {
-                            let _ =
-                                stream::runtime_attach(&d, Args(req.args), &mut r, &mut w).await;
-                            let _ = w.flush().await;
-                            return;
-                        }
-                        _ => match dispatch(&d, &req.op, Args(req.args)).await {
-                            Ok(Reply::Json(v)) => convene_ipc::ok_line(v),
-                            Ok(Reply::Raw(s)) => convene_ipc::ok_line_raw(&s),
-                            Err(e) => error_line(&e),
-                        },
-                    }
-                }
-            },
-        };
-        if w.write_all(&out).await.is_err() {
-            return;
-        }
-        // Answer now unless the client already pipelined more requests.
-        if r.buffer().is_empty() && w.flush().await.is_err() {
-            return;
-        }
-    }
-}
-
-/// A result: a JSON value, or an object already serialized (the hot paths splice stored
-/// event JSON instead of re-encoding it).
-pub(crate) enum Reply {
-    /// To be serialized.
-    Json(Value),
-    /// Serialized `result` object.
-    Raw(String),
-}
-
-async fn dispatch(d: &Daemon, op: &str, a: Args) -> Result<Reply, CoreError> {
-    match op {
-        "send" => ops_chat::send(d, &a).await.map(Reply::Raw),
-        "reply" => ops_chat::reply(d, &a).await.map(Reply::Raw),
-        _ => dispatch_value(d, op, a).await.map(Reply::Json),
-    }
-}
-
-async fn dispatch_value(d: &Daemon, op: &str, a: Args) -> Result<Value, CoreError> {
+/// Runs one non-streaming op (`send`/`reply` go through `conn.rs` to be pipelined).
+async fn dispatch(d: &Daemon, op: &str, a: Args) -> Result<Value, CoreError> {
     match op {
         "ping" => Ok(ops_group::ping(d)),
         "version" => Ok(ops_group::version()),

@@ -42,7 +42,7 @@ fn send_args(d: &Daemon, a: &Args, group_id: String) -> Result<SendArgs, CoreErr
 }
 
 /// `{event, message_mode[, duplicate]}`, splicing the stored event JSON when it is fresh.
-fn sent(c: &crate::ledger::Committed) -> String {
+pub(super) fn sent(c: &crate::ledger::Committed) -> String {
     if let Some((e, json)) = c.events.first().filter(|_| c.existing.is_none()) {
         let mode = Value::String(e.data_str("message_mode").unwrap_or("send").to_string());
         return format!("{{\"event\":{json},\"message_mode\":{mode}}}");
@@ -59,33 +59,33 @@ fn sent(c: &crate::ledger::Committed) -> String {
     v.to_string()
 }
 
-pub(super) async fn send(d: &Daemon, a: &Args) -> Result<String, CoreError> {
-    let gid = a.req("group_id")?;
-    let args = send_args(d, a, gid)?;
-    Ok(sent(&d.ledger.execute(Command::Send(args)).await?))
-}
-
-pub(super) async fn reply(d: &Daemon, a: &Args) -> Result<String, CoreError> {
-    let reply_to = a.req("reply_to")?;
-    let gid = a.req("group_id")?;
-    let mut args = send_args(d, a, gid.clone())?;
-    args.message_mode = Some(args.message_mode.unwrap_or_else(|| "send".into()));
-    if args.quote_text.is_none() {
-        args.quote_text = d
-            .ledger
-            .readers()
-            .event(&gid, &reply_to)
-            .ok()
-            .flatten()
-            .and_then(|r| {
-                let v: Value = serde_json::from_str(&r.json).ok()?;
-                v["data"]["text"]
-                    .as_str()
-                    .map(|t| t.chars().take(200).collect())
-            });
+/// Builds the command of a `send` or `reply` (no I/O but a read of the replied-to text), so
+/// the connection can queue it in arrival order without waiting for earlier answers.
+pub(super) fn prepare_send(d: &Daemon, op: &str, a: &Args) -> Result<Command, CoreError> {
+    if op == "reply" {
+        let reply_to = a.req("reply_to")?;
+        let gid = a.req("group_id")?;
+        let mut args = send_args(d, a, gid.clone())?;
+        args.message_mode = Some(args.message_mode.unwrap_or_else(|| "send".into()));
+        if args.quote_text.is_none() {
+            args.quote_text = d
+                .ledger
+                .readers()
+                .event(&gid, &reply_to)
+                .ok()
+                .flatten()
+                .and_then(|r| {
+                    let v: Value = serde_json::from_str(&r.json).ok()?;
+                    v["data"]["text"]
+                        .as_str()
+                        .map(|t| t.chars().take(200).collect())
+                });
+        }
+        args.reply_to = Some(reply_to);
+        return Ok(Command::Send(args));
     }
-    args.reply_to = Some(reply_to);
-    Ok(sent(&d.ledger.execute(Command::Send(args)).await?))
+    let gid = a.req("group_id")?;
+    Ok(Command::Send(send_args(d, a, gid)?))
 }
 
 pub(super) async fn cancel(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
