@@ -11,7 +11,9 @@ use std::sync::Arc;
 
 use convene_core::{Command, CoreError, DeliveryState, Engine, Event, Limits, Outcome};
 use convene_store::{Readers, Writer, WriterView};
-use parking_lot::RwLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use parking_lot::{Mutex, RwLock};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::hub::{FeedEvent, Hub};
@@ -51,6 +53,16 @@ pub struct Ledger {
     engine: Arc<RwLock<Engine>>,
     readers: Arc<Readers>,
     hub: Arc<Hub>,
+    core: Arc<Mutex<Core>>,
+    /// Commands queued to the writer thread and not yet answered.
+    pending: Arc<AtomicUsize>,
+}
+
+/// What a committing party needs: the write connection, and where committed events go.
+struct Core {
+    writer: Writer,
+    engine: Arc<RwLock<Engine>>,
+    hub: Arc<Hub>,
     committed: mpsc::UnboundedSender<Arc<Vec<Event>>>,
 }
 
@@ -79,18 +91,25 @@ impl Ledger {
         let engine = Arc::new(RwLock::new(engine));
         let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
         let (ctx, crx) = mpsc::unbounded_channel();
-        let ledger = Self {
-            tx,
+        let core = Arc::new(Mutex::new(Core {
+            writer,
             engine: engine.clone(),
-            readers,
             hub: hub.clone(),
             committed: ctx,
+        }));
+        let pending = Arc::new(AtomicUsize::new(0));
+        let ledger = Self {
+            tx,
+            engine,
+            readers,
+            hub,
+            core: core.clone(),
+            pending: pending.clone(),
         };
-        let committed = ledger.committed.clone();
         std::thread::Builder::new()
             .name("convene-writer".into())
             .spawn(move || {
-                writer_loop(writer, engine, hub, rx, committed);
+                writer_loop(&core, &pending, rx);
                 alive.store(false, std::sync::atomic::Ordering::Relaxed);
             })
             .map_err(|e| CoreError::storage(format!("cannot start writer: {e}")))?;
@@ -104,15 +123,43 @@ impl Ledger {
         cmd: Command,
     ) -> Result<oneshot::Receiver<Result<Committed, CoreError>>, CoreError> {
         let (reply, rx) = oneshot::channel();
-        self.tx
-            .send(Job { cmd, reply })
-            .await
-            .map_err(|_| stopped())?;
+        self.pending.fetch_add(1, Ordering::AcqRel);
+        if self.tx.send(Job { cmd, reply }).await.is_err() {
+            self.pending.fetch_sub(1, Ordering::AcqRel);
+            return Err(stopped());
+        }
         Ok(rx)
+    }
+
+    /// Commits the command on the calling thread when nothing is queued or committing (the
+    /// sequential case: no hand-off to the writer thread and back, which on a small VM costs
+    /// as much as the work). Takes the command out of `cmd` only then; when the ledger is
+    /// busy it returns `None` and leaves `cmd` to be queued. Blocks the caller for the fsync.
+    pub fn try_inline(&self, cmd: &mut Option<Command>) -> Option<Result<Committed, CoreError>> {
+        if self.pending.load(Ordering::Acquire) != 0 {
+            return None;
+        }
+        let mut core = self.core.try_lock()?;
+        // Re-checked under the lock: queued commands go first, so order is kept.
+        if self.pending.load(Ordering::Acquire) != 0 {
+            return None;
+        }
+        let (reply, mut rx) = oneshot::channel();
+        core.process(vec![Job {
+            cmd: cmd.take()?,
+            reply,
+        }]);
+        drop(core);
+        Some(rx.try_recv().unwrap_or_else(|_| Err(stopped())))
     }
 
     /// Executes a command; resolves once it is durable (or refused).
     pub async fn execute(&self, cmd: Command) -> Result<Committed, CoreError> {
+        let mut cmd = Some(cmd);
+        if let Some(done) = self.try_inline(&mut cmd) {
+            return done;
+        }
+        let cmd = cmd.ok_or_else(stopped)?;
         self.submit(cmd).await?.await.map_err(|_| stopped())?
     }
 
@@ -192,13 +239,7 @@ type Answer = (
     Result<(Outcome, Vec<String>), CoreError>,
 );
 
-fn writer_loop(
-    mut writer: Writer,
-    engine: Arc<RwLock<Engine>>,
-    hub: Arc<Hub>,
-    mut rx: mpsc::Receiver<Job>,
-    committed: mpsc::UnboundedSender<Arc<Vec<Event>>>,
-) {
+fn writer_loop(core: &Mutex<Core>, pending: &AtomicUsize, mut rx: mpsc::Receiver<Job>) {
     while let Some(first) = next_job(&mut rx) {
         let mut batch = Vec::with_capacity(16);
         batch.push(first);
@@ -208,8 +249,20 @@ fn writer_loop(
                 Err(_) => break,
             }
         }
+        let n = batch.len();
+        core.lock().process(batch);
+        pending.fetch_sub(n, Ordering::AcqRel);
+    }
+    let _ = core.lock().writer.checkpoint();
+}
+
+impl Core {
+    /// Executes one batch in one transaction, publishes what committed, answers every job.
+    fn process(&mut self, batch: Vec<Job>) {
+        let (writer, engine, hub, committed) =
+            (&mut self.writer, &self.engine, &self.hub, &self.committed);
         let mut eng = engine.write();
-        let answers = run_batch(&mut writer, &mut eng, batch);
+        let answers = run_batch(writer, &mut eng, batch);
         let answers = match answers {
             Ok(a) => a,
             Err(b) => {
@@ -226,7 +279,7 @@ fn writer_loop(
                 for r in replies {
                     let _ = r.send(Err(e.clone()));
                 }
-                continue;
+                return;
             }
         };
         drop(eng);
@@ -282,7 +335,6 @@ fn writer_loop(
             }));
         }
     }
-    let _ = writer.checkpoint();
 }
 
 /// A failed batch: the error and every waiting caller (boxed: it is the rare path).

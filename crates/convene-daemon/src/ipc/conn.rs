@@ -7,7 +7,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use convene_core::{CoreError, ErrorCode};
+use convene_core::{Command, CoreError, ErrorCode};
 use serde_json::{json, Map};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, BufWriter, WriteHalf};
 use tokio::sync::{mpsc, oneshot, Notify};
@@ -96,6 +96,26 @@ async fn write_answers<S: AsyncWrite>(
     }
 }
 
+/// Commits on the spot when nothing is owed on this connection and the ledger is idle (no
+/// hand-off to the writer thread and back); otherwise queues the command in order.
+async fn queue_or_commit(d: &Daemon, cmd: Command, idle_conn: bool) -> Out {
+    let mut cmd = Some(cmd);
+    if idle_conn {
+        match d.ledger.try_inline(&mut cmd) {
+            Some(Ok(c)) => return Out::Ready(convene_ipc::ok_line_raw(&ops_chat::sent(&c))),
+            Some(Err(e)) => return Out::Ready(error_line(&e)),
+            None => {}
+        }
+    }
+    let Some(cmd) = cmd else {
+        return Out::Ready(error_line(&crate::ledger::stopped()));
+    };
+    match d.ledger.submit(cmd).await {
+        Ok(answer) => Out::Commit(answer),
+        Err(e) => Out::Ready(error_line(&e)),
+    }
+}
+
 /// Serves one connection until the client leaves.
 pub async fn serve_conn<S>(d: Arc<Daemon>, stream: S, trust: Trust)
 where
@@ -147,10 +167,10 @@ where
                         match req.op.as_str() {
                             "send" | "reply" => {
                                 match ops_chat::prepare_send(&d, &req.op, &Args(req.args)) {
-                                    Ok(cmd) => match d.ledger.submit(cmd).await {
-                                        Ok(answer) => Out::Commit(answer),
-                                        Err(e) => Out::Ready(error_line(&e)),
-                                    },
+                                    Ok(cmd) => {
+                                        let idle = inflight.n.load(Ordering::Acquire) == 0;
+                                        queue_or_commit(&d, cmd, idle).await
+                                    }
                                     Err(e) => Out::Ready(error_line(&e)),
                                 }
                             }
