@@ -327,3 +327,19 @@ def test_cccs_send_reaches_cowchat_history_and_push(cow):
     # Mail is private to its recipients: never shown as a room message.
     client.send(group_id=room, text="private", message_mode="mail", to=[a.ok("list_agents")["agents"][0]["agent_id"]])
     assert [m["content"] for m in a.ok("get_history", {"room_id": room})["messages"]] == ["hello from cccc"]
+
+
+def test_require_key_makes_tcp_peers_send_the_api_key(home):
+    port = free_port()
+    d = Daemon(home, ["--cowchat-tcp", f"127.0.0.1:{port}", "--require-key"]).start()
+    try:
+        c = CC(("tcp", ("127.0.0.1", port)))
+        assert error_code(c.req("register", {"name": "a", "key": "", "protocol_version": 2})) == "unauthorized"
+        assert error_code(c.req("register", {"name": "a", "key": "wrong", "protocol_version": 2})) == "unauthorized"
+        key = (home / "auth.key").read_text().strip()
+        assert c.ok("register", {"name": "a", "key": key, "protocol_version": 2})["agent_id"]
+        # The Unix socket is local: keyless.
+        u = CC(("unix", str(home / "daemon" / "cowchat.sock")))
+        assert u.register("b")
+    finally:
+        d.stop()

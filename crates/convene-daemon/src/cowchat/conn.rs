@@ -30,6 +30,9 @@ use crate::ipc::Trust;
 pub(super) const OUT_QUEUE: usize = 1024;
 /// A write blocked this long means the peer stopped reading: close.
 pub(super) const WRITE_STALL: Duration = Duration::from_secs(30);
+/// Socket buffer size each way. Small on purpose: idle connections are the common case and
+/// large frames bypass the buffer anyway.
+const IO_BUF: usize = 16 * 1024;
 /// `send_message` frames of one connection in flight at once (pipelining).
 const MAX_INFLIGHT: u32 = 256;
 
@@ -171,7 +174,7 @@ where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let (r, w) = tokio::io::split(stream);
-    let mut r = BufReader::with_capacity(64 * 1024, r);
+    let mut r = BufReader::with_capacity(IO_BUF, r);
     let (tx, rx) = mpsc::channel(OUT_QUEUE);
     let out = Arc::new(Outbox {
         tx,
@@ -180,7 +183,7 @@ where
     let (close_tx, mut close_rx) = watch::channel(false);
     let close_tx = Arc::new(close_tx);
     let writer = tokio::spawn(write_loop(
-        BufWriter::with_capacity(64 * 1024, w),
+        BufWriter::with_capacity(IO_BUF, w),
         rx,
         close_tx.clone(),
     ));
@@ -290,7 +293,9 @@ async fn heartbeat_loop(
     tick.tick().await;
     loop {
         tick.tick().await;
-        let idle = start.elapsed().as_millis() as u64 - last_rx.load(Ordering::Relaxed);
+        // The reader may store a newer time between these two loads: saturate, never wrap.
+        let idle =
+            (start.elapsed().as_millis() as u64).saturating_sub(last_rx.load(Ordering::Relaxed));
         if idle > 4 * hb.as_millis() as u64 {
             close.send_replace(true);
             return;
