@@ -343,3 +343,31 @@ def test_require_key_makes_tcp_peers_send_the_api_key(home):
         assert u.register("b")
     finally:
         d.stop()
+
+
+def test_slow_reader_loses_nothing_and_does_not_hold_up_the_sender(cow):
+    a, b = CC(cow.cowchat_tcp), CC(cow.cowchat_unix)
+    a.register("alice")
+    b.register("bob")
+    room = make_room(a)
+    b.ok("join_room", {"room_id": room})
+    # b stops reading while a sends ~3 MB: far more than b's outbound queue and socket
+    # buffers. a's sends must all be answered regardless.
+    n, window, pad = 3000, 64, "x" * 1000
+    sent = done = 0
+    inflight = set()
+    while done < n:
+        while len(inflight) < window and sent < n:
+            inflight.add(a.send("send_message", {"room_id": room, "content": f"{sent:05d}{pad}"}))
+            sent += 1
+        fr = a.read()
+        if fr.get("reply_to") in inflight:
+            assert fr["type"] == "message_sent", fr
+            inflight.discard(fr["reply_to"])
+            done += 1
+    # Now b catches up: every message once, in order, nothing skipped.
+    got = [b.push("message_received", timeout=30)["payload"] for _ in range(n)]
+    assert [int(m["content"][:5]) for m in got] == list(range(n))
+    seqs = [m["seq"] for m in got]
+    assert seqs == sorted(set(seqs))
+    assert b.req("ping")["type"] == "pong"

@@ -6,7 +6,8 @@
 //! are cursor-based, so a slow reader only lags and later catches up from the ledger, and
 //! holds no more than the queue in memory. A write that makes no progress for
 //! [`WRITE_STALL`] closes the connection; so does silence (no frame, not even `pong`) for
-//! four heartbeat intervals.
+//! four heartbeat intervals (counted from when a ping could be queued, so a peer busy
+//! draining a full queue is not cut off).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -289,19 +290,26 @@ async fn heartbeat_loop(
     start: Instant,
     close: Arc<watch::Sender<bool>>,
 ) {
+    let ms = |i: Instant| i.duration_since(start).as_millis() as u64;
     let mut tick = tokio::time::interval(hb);
     tick.tick().await;
+    // Silence is counted from the later of the peer's last frame and the moment a delayed
+    // ping finally got queued: a peer whose queue was full could not have seen our pings.
+    let mut grace = 0u64;
     loop {
         tick.tick().await;
-        // The reader may store a newer time between these two loads: saturate, never wrap.
-        let idle =
-            (start.elapsed().as_millis() as u64).saturating_sub(last_rx.load(Ordering::Relaxed));
-        if idle > 4 * hb.as_millis() as u64 {
+        // The reader may store a newer time between these loads: saturate, never wrap.
+        let since = last_rx.load(Ordering::Relaxed).max(grace);
+        if ms(Instant::now()).saturating_sub(since) > 4 * hb.as_millis() as u64 {
             close.send_replace(true);
             return;
         }
+        let asked = Instant::now();
         if !out.frame("ping", None, json!({})).await {
             return;
+        }
+        if asked.elapsed() > hb {
+            grace = ms(Instant::now());
         }
     }
 }
