@@ -371,3 +371,24 @@ def test_slow_reader_loses_nothing_and_does_not_hold_up_the_sender(cow):
     seqs = [m["seq"] for m in got]
     assert seqs == sorted(set(seqs))
     assert b.req("ping")["type"] == "pong"
+
+
+def test_leaving_on_one_connection_stops_pushes_on_the_agents_other_connections(cow):
+    a, b1, b2 = CC(cow.cowchat_tcp), CC(cow.cowchat_tcp), CC(cow.cowchat_unix)
+    a.register("alice")
+    room = make_room(a)
+    b1.register("bob", agent_id="bob")
+    b1.ok("join_room", {"room_id": room})
+    assert b2.register("bob", agent_id="bob") == "bob"  # resumes pushes for `room`
+    a.ok("send_message", {"room_id": room, "content": "both"})
+    assert b1.push("message_received")["payload"]["content"] == "both"
+    assert b2.push("message_received")["payload"]["content"] == "both"
+    b1.ok("leave_room", {"room_id": room})
+    a.ok("send_message", {"room_id": room, "content": "after leave"})
+    time.sleep(0.3)
+    assert b2.ok("ping") == {}
+    assert not [f for f in b2.pending if f["type"] == "message_received"]
+    # Joining again on b2 starts a fresh push task.
+    b2.ok("join_room", {"room_id": room})
+    a.ok("send_message", {"room_id": room, "content": "back"})
+    assert b2.push("message_received")["payload"]["content"] == "back"

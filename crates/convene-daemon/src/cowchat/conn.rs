@@ -103,7 +103,8 @@ impl Session {
     /// Starts pushing `room_id` events after `cursor`, unless already subscribed.
     pub(super) fn subscribe(&mut self, room_id: &str, cursor: u64) {
         let Some(agent) = &self.agent else { return };
-        if self.subs.contains_key(room_id) {
+        // A finished task (the agent left the room, then joined again) is replaced.
+        if self.subs.get(room_id).is_some_and(|h| !h.is_finished()) {
             return;
         }
         let h = super::push::spawn(

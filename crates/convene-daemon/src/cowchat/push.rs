@@ -94,6 +94,11 @@ async fn run(
                 let Ok(e) = serde_json::from_str::<Event>(&json) else {
                     continue;
                 };
+                // The agent left (maybe through another of its connections): stop here, so a
+                // non-member never sees the room's later messages.
+                if e.kind == kinds::ACTOR_REMOVE && e.data_str("actor_id") == Some(me) {
+                    return Ok(());
+                }
                 if let Some((t, p)) = push_of(&e, me) {
                     if !out.frame(t, None, p).await {
                         return Ok(());
