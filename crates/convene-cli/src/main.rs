@@ -39,6 +39,10 @@ enum Cmd {
         /// Stream heartbeat interval in milliseconds.
         #[arg(long, default_value_t = 30_000)]
         heartbeat_ms: u64,
+        /// Also serve Cowchat v2 on TCP (e.g. 127.0.0.1:9229). Non-loopback peers must
+        /// register with the API key.
+        #[arg(long)]
+        cowchat_tcp: Option<String>,
     },
     /// Daemon status.
     Status,
@@ -107,10 +111,12 @@ fn main() -> Result<()> {
             tcp,
             require_key,
             heartbeat_ms,
+            cowchat_tcp,
         } => {
             let mut cfg = convene_daemon::Config::new(home);
             cfg.tcp = tcp;
             cfg.tcp_require_key = require_key;
+            cfg.cowchat_tcp = cowchat_tcp;
             cfg.heartbeat = Duration::from_millis(heartbeat_ms.max(10));
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

@@ -1,7 +1,9 @@
 //! The Convene daemon: opens the home, starts the single ledger writer, the runtime delivery
-//! worker and the faces (today: CCCC daemon IPC v1 on a Unix socket and optional TCP).
+//! worker and the faces (CCCC daemon IPC v1 and Cowchat v2, each on a Unix socket and
+//! optional TCP).
 
 pub mod blobs;
+pub mod cowchat;
 pub mod gate;
 pub mod home;
 pub mod hub;
@@ -42,6 +44,8 @@ pub struct Config {
     pub command_timeout: Duration,
     /// Largest request line.
     pub max_request_bytes: usize,
+    /// Also serve Cowchat v2 on this TCP address (e.g. 127.0.0.1:9229).
+    pub cowchat_tcp: Option<String>,
 }
 
 impl Config {
@@ -55,6 +59,7 @@ impl Config {
             limits: Limits::default(),
             command_timeout: Duration::from_secs(30),
             max_request_bytes: convene_ipc::MAX_REQUEST_BYTES,
+            cowchat_tcp: None,
         }
     }
 }
@@ -112,6 +117,10 @@ pub struct Running {
     pub socket: PathBuf,
     /// Bound TCP address, if any.
     pub tcp: Option<SocketAddr>,
+    /// Cowchat Unix socket path.
+    pub cowchat_socket: PathBuf,
+    /// Bound Cowchat TCP address, if any.
+    pub cowchat_tcp: Option<SocketAddr>,
     home: Home,
 }
 
@@ -151,17 +160,34 @@ pub async fn start(cfg: Config) -> Result<Running, DaemonError> {
         tcp = tl.local_addr().ok();
         spawn_tcp(daemon.clone(), tl, cfg.tcp_require_key);
     }
+    // The Cowchat face: `<home>/daemon/cowchat.sock`, and TCP when asked.
+    let face = cowchat::Face::new(daemon.clone());
+    let cowchat_socket = sock.with_file_name("cowchat.sock");
+    let _ = std::fs::remove_file(&cowchat_socket);
+    let cl = UnixListener::bind(&cowchat_socket)
+        .map_err(|e| DaemonError::Listen(cowchat_socket.display().to_string(), e))?;
+    cowchat::spawn_unix(face.clone(), cl);
+    let mut cowchat_tcp = None;
+    if let Some(addr) = &cfg.cowchat_tcp {
+        let tl = TcpListener::bind(addr)
+            .await
+            .map_err(|e| DaemonError::Listen(addr.clone(), e))?;
+        cowchat_tcp = tl.local_addr().ok();
+        cowchat::spawn_tcp(face, tl, cfg.tcp_require_key);
+    }
     home.write_addr(&json!({
         "v": 1, "transport": "unix", "path": sock.display().to_string(), "host": "", "port": 0,
         "tcp": tcp.map(|a| a.to_string()),
         "pid": std::process::id(), "version": env!("CARGO_PKG_VERSION"), "implementation": "convene",
         "ts": convene_core::event::format_ts(time::OffsetDateTime::now_utc()),
     }))?;
-    tracing::info!(home = %home.root.display(), socket = %sock.display(), tcp = ?tcp, "convene daemon ready");
+    tracing::info!(home = %home.root.display(), socket = %sock.display(), tcp = ?tcp, cowchat_tcp = ?cowchat_tcp, "convene daemon ready");
     Ok(Running {
         daemon,
         socket: sock,
         tcp,
+        cowchat_socket,
+        cowchat_tcp,
         home,
     })
 }
@@ -222,6 +248,7 @@ impl Running {
         // Let in-flight answers leave before the socket goes away.
         tokio::time::sleep(Duration::from_millis(50)).await;
         self.home.cleanup();
+        let _ = std::fs::remove_file(&self.cowchat_socket);
         tracing::info!("convene daemon stopped");
     }
 }

@@ -1,0 +1,169 @@
+//! Frame envelope: parse one inbound line, serialize outbound frames.
+
+use serde_json::{Map, Value};
+
+use crate::{ErrorCode, WireError};
+
+/// An inbound frame.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Frame {
+    /// Client-chosen id (string or number), echoed as `reply_to` in the answer.
+    pub id: Option<Value>,
+    /// Frame type (`register`, `send_message`, `pong`, …).
+    pub ftype: String,
+    /// Set when the frame answers a server frame (e.g. `pong` to a server `ping`).
+    pub reply_to: Option<Value>,
+    /// Payload object (`{}` when absent or null).
+    pub payload: Map<String, Value>,
+}
+
+/// A line that is not a valid frame. `id` is kept when it could be read, so the error frame
+/// can still be correlated.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("invalid frame: {reason}")]
+pub struct FrameError {
+    /// The frame's `id`, if the line was an object with a usable `id`.
+    pub id: Option<Value>,
+    /// What is wrong.
+    pub reason: String,
+}
+
+impl FrameError {
+    fn new(id: Option<Value>, reason: impl Into<String>) -> Self {
+        Self {
+            id,
+            reason: reason.into(),
+        }
+    }
+
+    /// As a wire error (`invalid_frame`).
+    pub fn to_wire(&self) -> WireError {
+        WireError::new(ErrorCode::InvalidFrame, self.to_string())
+    }
+}
+
+fn usable_id(v: Option<&Value>) -> Result<Option<Value>, ()> {
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(v @ (Value::String(_) | Value::Number(_))) => Ok(Some(v.clone())),
+        Some(_) => Err(()),
+    }
+}
+
+/// Parses one line (without its newline).
+pub fn parse_frame(line: &[u8]) -> Result<Frame, FrameError> {
+    let v: Value = serde_json::from_slice(line)
+        .map_err(|e| FrameError::new(None, format!("not JSON: {e}")))?;
+    let Value::Object(mut o) = v else {
+        return Err(FrameError::new(None, "a frame must be a JSON object"));
+    };
+    let id = usable_id(o.get("id"))
+        .map_err(|_| FrameError::new(None, "id must be a string or a number"))?;
+    let reply_to = usable_id(o.get("reply_to"))
+        .map_err(|_| FrameError::new(id.clone(), "reply_to must be a string or a number"))?;
+    let ftype = match o.remove("type") {
+        Some(Value::String(t)) if !t.is_empty() => t,
+        _ => return Err(FrameError::new(id, "type must be a non-empty string")),
+    };
+    let payload = match o.remove("payload") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(p)) => p,
+        Some(_) => return Err(FrameError::new(id, "payload must be an object")),
+    };
+    Ok(Frame {
+        id,
+        ftype,
+        reply_to,
+        payload,
+    })
+}
+
+/// An outbound frame.
+#[derive(Debug, Clone)]
+pub struct OutFrame<'a> {
+    /// Server-assigned id (unique per connection).
+    pub id: &'a str,
+    /// Frame type.
+    pub ftype: &'a str,
+    /// The request this answers (`None` for pushes and server pings).
+    pub reply_to: Option<&'a Value>,
+    /// Payload object.
+    pub payload: Value,
+}
+
+impl OutFrame<'_> {
+    /// The NDJSON line, newline included.
+    pub fn to_line(&self) -> Vec<u8> {
+        let mut o = Map::with_capacity(4);
+        o.insert("id".into(), Value::String(self.id.to_string()));
+        o.insert("type".into(), Value::String(self.ftype.to_string()));
+        if let Some(r) = self.reply_to {
+            o.insert("reply_to".into(), r.clone());
+        }
+        o.insert("payload".into(), self.payload.clone());
+        // A map of strings and Values always serializes.
+        let mut out = serde_json::to_vec(&Value::Object(o)).unwrap_or_default();
+        out.push(b'\n');
+        out
+    }
+}
+
+/// An `error` frame answering `reply_to` (or unsolicited when the request had no usable id).
+pub fn error_frame(id: &str, reply_to: Option<&Value>, e: &WireError) -> Vec<u8> {
+    OutFrame {
+        id,
+        ftype: "error",
+        reply_to,
+        payload: serde_json::json!({"code": e.code.as_str(), "message": e.message}),
+    }
+    .to_line()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn parses_envelope_and_defaults_payload() {
+        let f = parse_frame(br#"{"id":"b1","type":"ping"}"#).unwrap();
+        assert_eq!(f.id, Some(json!("b1")));
+        assert_eq!(f.ftype, "ping");
+        assert!(f.payload.is_empty());
+        let f = parse_frame(br#"{"id":7,"reply_to":"s1","type":"pong","payload":{}}"#).unwrap();
+        assert_eq!(f.id, Some(json!(7)));
+        assert_eq!(f.reply_to, Some(json!("s1")));
+    }
+
+    #[test]
+    fn refuses_bad_frames_keeping_the_id_when_possible() {
+        assert_eq!(parse_frame(b"{nope").unwrap_err().id, None);
+        assert_eq!(parse_frame(b"[1]").unwrap_err().id, None);
+        let e = parse_frame(br#"{"id":"x","payload":{}}"#).unwrap_err();
+        assert_eq!(e.id, Some(json!("x")));
+        let e = parse_frame(br#"{"id":"x","type":"ping","payload":[]}"#).unwrap_err();
+        assert_eq!(e.id, Some(json!("x")));
+        assert_eq!(e.to_wire().code, ErrorCode::InvalidFrame);
+    }
+
+    #[test]
+    fn serializes_one_line_with_reply_to() {
+        let rt = json!("b1");
+        let line = OutFrame {
+            id: "s1",
+            ftype: "pong",
+            reply_to: Some(&rt),
+            payload: json!({}),
+        }
+        .to_line();
+        assert_eq!(
+            line,
+            b"{\"id\":\"s1\",\"type\":\"pong\",\"reply_to\":\"b1\",\"payload\":{}}\n"
+        );
+        let e = error_frame("s2", None, &WireError::payload("bad"));
+        let v: Value = serde_json::from_slice(&e).unwrap();
+        assert_eq!(v["type"], "error");
+        assert_eq!(v["payload"]["code"], "invalid_payload");
+        assert!(v.get("reply_to").is_none());
+    }
+}

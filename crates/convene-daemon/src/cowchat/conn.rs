@@ -1,0 +1,420 @@
+//! One Cowchat connection: a reader loop that answers frames, a writer task that owns the
+//! socket's write half, a heartbeat task, and one push task per joined room.
+//!
+//! Slow-reader policy: every outbound frame goes through one bounded queue
+//! ([`OUT_QUEUE`] frames). Replies and pushes wait for space (nothing is dropped); pushes
+//! are cursor-based, so a slow reader only lags and later catches up from the ledger, and
+//! holds no more than the queue in memory. A write that makes no progress for
+//! [`WRITE_STALL`] closes the connection; so does silence (no frame, not even `pong`) for
+//! four heartbeat intervals (counted from when a ping could be queued, so a peer busy
+//! draining a full queue is not cut off).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use convene_cowchat::{error_frame, parse_frame, ErrorCode, Frame, OutFrame, WireError};
+use serde_json::{json, Value};
+use tokio::io::{
+    AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, BufWriter,
+};
+use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::task::JoinHandle;
+
+use super::{messages, rooms, Face};
+use crate::ipc::Trust;
+
+/// Outbound frames queued per connection before producers wait.
+pub(super) const OUT_QUEUE: usize = 1024;
+/// A write blocked this long means the peer stopped reading: close.
+pub(super) const WRITE_STALL: Duration = Duration::from_secs(30);
+/// Socket buffer size each way. Small on purpose: idle connections are the common case and
+/// large frames bypass the buffer anyway.
+const IO_BUF: usize = 16 * 1024;
+/// `send_message` frames of one connection in flight at once (pipelining).
+const MAX_INFLIGHT: u32 = 256;
+
+/// The connection's outbound side, shared by the reader, heartbeat and push tasks.
+pub(super) struct Outbox {
+    tx: mpsc::Sender<Vec<u8>>,
+    n: AtomicU64,
+}
+
+impl Outbox {
+    /// A fresh server frame id.
+    pub(super) fn next_id(&self) -> String {
+        format!("s{}", self.n.fetch_add(1, Ordering::Relaxed) + 1)
+    }
+
+    /// Queues a line; false when the connection is gone.
+    pub(super) async fn send(&self, line: Vec<u8>) -> bool {
+        self.tx.send(line).await.is_ok()
+    }
+
+    /// Queues a frame of `ftype` answering `reply_to` (or unsolicited).
+    pub(super) async fn frame(
+        &self,
+        ftype: &str,
+        reply_to: Option<&Value>,
+        payload: Value,
+    ) -> bool {
+        let id = self.next_id();
+        let line = OutFrame {
+            id: &id,
+            ftype,
+            reply_to,
+            payload,
+        }
+        .to_line();
+        self.send(line).await
+    }
+
+    /// Queues an error frame.
+    pub(super) async fn error(&self, reply_to: Option<&Value>, e: &WireError) -> bool {
+        let id = self.next_id();
+        self.send(error_frame(&id, reply_to, e)).await
+    }
+}
+
+/// The registered agent of a connection.
+#[derive(Debug, Clone)]
+pub(super) struct Agent {
+    /// Agent id (= actor id in every joined group).
+    pub id: String,
+    /// Display name (= actor title).
+    pub name: String,
+}
+
+/// Per-connection state the handlers use.
+pub(super) struct Session {
+    pub face: Arc<Face>,
+    pub out: Arc<Outbox>,
+    pub trust: Trust,
+    pub agent: Option<Agent>,
+    /// room id → push task.
+    pub subs: HashMap<String, JoinHandle<()>>,
+    inflight: Arc<Semaphore>,
+}
+
+impl Session {
+    /// Starts pushing `room_id` events after `cursor`, unless already subscribed.
+    pub(super) fn subscribe(&mut self, room_id: &str, cursor: u64) {
+        let Some(agent) = &self.agent else { return };
+        // A finished task (the agent left the room, then joined again) is replaced.
+        if self.subs.get(room_id).is_some_and(|h| !h.is_finished()) {
+            return;
+        }
+        let h = super::push::spawn(
+            self.face.clone(),
+            self.out.clone(),
+            room_id.to_string(),
+            agent.id.clone(),
+            cursor,
+        );
+        self.subs.insert(room_id.to_string(), h);
+    }
+
+    /// Stops pushing `room_id`.
+    pub(super) fn unsubscribe(&mut self, room_id: &str) {
+        if let Some(h) = self.subs.remove(room_id) {
+            h.abort();
+        }
+    }
+}
+
+enum Read {
+    Line,
+    TooLarge,
+    Eof,
+}
+
+/// Reads one `\n`-terminated frame into `buf`, skipping (and reporting) lines over `max`
+/// without buffering them.
+async fn read_line<R: AsyncBufRead + Unpin>(
+    r: &mut R,
+    buf: &mut Vec<u8>,
+    max: usize,
+) -> std::io::Result<Read> {
+    buf.clear();
+    let mut over = false;
+    loop {
+        let avail = r.fill_buf().await?;
+        if avail.is_empty() {
+            return Ok(if over {
+                Read::TooLarge
+            } else if buf.is_empty() {
+                Read::Eof
+            } else {
+                Read::Line
+            });
+        }
+        if let Some(i) = avail.iter().position(|b| *b == b'\n') {
+            over |= buf.len() + i > max;
+            if !over {
+                buf.extend_from_slice(&avail[..i]);
+            }
+            r.consume(i + 1);
+            return Ok(if over { Read::TooLarge } else { Read::Line });
+        }
+        let n = avail.len();
+        over |= buf.len() + n > max;
+        if over {
+            buf.clear();
+        } else {
+            buf.extend_from_slice(avail);
+        }
+        r.consume(n);
+    }
+}
+
+/// Serves one connection until the peer leaves, goes silent or stalls, or the daemon stops.
+pub(super) async fn serve<S>(face: Arc<Face>, stream: S, trust: Trust)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (r, w) = tokio::io::split(stream);
+    let mut r = BufReader::with_capacity(IO_BUF, r);
+    let (tx, rx) = mpsc::channel(OUT_QUEUE);
+    let out = Arc::new(Outbox {
+        tx,
+        n: AtomicU64::new(0),
+    });
+    let (close_tx, mut close_rx) = watch::channel(false);
+    let close_tx = Arc::new(close_tx);
+    let writer = tokio::spawn(write_loop(
+        BufWriter::with_capacity(IO_BUF, w),
+        rx,
+        close_tx.clone(),
+    ));
+    let start = Instant::now();
+    let last_rx = Arc::new(AtomicU64::new(0));
+    let heartbeat = tokio::spawn(heartbeat_loop(
+        face.d.heartbeat,
+        out.clone(),
+        last_rx.clone(),
+        start,
+        close_tx.clone(),
+    ));
+    let mut s = Session {
+        face: face.clone(),
+        out: out.clone(),
+        trust,
+        agent: None,
+        subs: HashMap::new(),
+        inflight: Arc::new(Semaphore::new(MAX_INFLIGHT as usize)),
+    };
+    let mut shutdown = face.d.shutdown_rx();
+    let mut buf = Vec::with_capacity(4096);
+    loop {
+        // Cancelling `read_line` loses a partial line; that only happens when closing.
+        let got = tokio::select! {
+            g = read_line(&mut r, &mut buf, convene_cowchat::MAX_FRAME_BYTES) => g,
+            _ = close_rx.changed() => break,
+            _ = shutdown.changed() => break,
+        };
+        last_rx.store(start.elapsed().as_millis() as u64, Ordering::Relaxed);
+        match got {
+            Err(_) | Ok(Read::Eof) => break,
+            Ok(Read::TooLarge) => {
+                let e = WireError::new(
+                    ErrorCode::FrameTooLarge,
+                    format!("frame exceeds {} bytes", convene_cowchat::MAX_FRAME_BYTES),
+                );
+                if !out.error(None, &e).await {
+                    break;
+                }
+            }
+            Ok(Read::Line) if buf.iter().all(u8::is_ascii_whitespace) => {}
+            Ok(Read::Line) => match parse_frame(&buf) {
+                Err(e) => {
+                    if !out.error(e.id.as_ref(), &e.to_wire()).await {
+                        break;
+                    }
+                }
+                Ok(f) => {
+                    if !handle(&mut s, f).await {
+                        break;
+                    }
+                }
+            },
+        }
+    }
+    for (_, h) in s.subs.drain() {
+        h.abort();
+    }
+    heartbeat.abort();
+    if let Some(a) = &s.agent {
+        let mut p = face.presence.lock();
+        if let Some(e) = p.get_mut(&a.id) {
+            e.1 = e.1.saturating_sub(1);
+            if e.1 == 0 {
+                p.remove(&a.id);
+            }
+        }
+    }
+    // In-flight sends hold the outbox; let them answer, then the writer drains and ends.
+    let _ = s.inflight.acquire_many(MAX_INFLIGHT).await;
+    drop(s);
+    drop(out);
+    let _ = writer.await;
+}
+
+async fn write_loop<W: AsyncWrite + Unpin>(
+    mut w: BufWriter<W>,
+    mut rx: mpsc::Receiver<Vec<u8>>,
+    close: Arc<watch::Sender<bool>>,
+) {
+    while let Some(first) = rx.recv().await {
+        let batch = async {
+            w.write_all(&first).await?;
+            // Coalesce whatever is already queued into one flush.
+            while let Ok(more) = rx.try_recv() {
+                w.write_all(&more).await?;
+            }
+            w.flush().await
+        };
+        match tokio::time::timeout(WRITE_STALL, batch).await {
+            Ok(Ok(())) => {}
+            _ => break,
+        }
+    }
+    close.send_replace(true);
+}
+
+async fn heartbeat_loop(
+    hb: Duration,
+    out: Arc<Outbox>,
+    last_rx: Arc<AtomicU64>,
+    start: Instant,
+    close: Arc<watch::Sender<bool>>,
+) {
+    let ms = |i: Instant| i.duration_since(start).as_millis() as u64;
+    let mut tick = tokio::time::interval(hb);
+    tick.tick().await;
+    // Silence is counted from the later of the peer's last frame and the moment a delayed
+    // ping finally got queued: a peer whose queue was full could not have seen our pings.
+    let mut grace = 0u64;
+    loop {
+        tick.tick().await;
+        // The reader may store a newer time between these loads: saturate, never wrap.
+        let since = last_rx.load(Ordering::Relaxed).max(grace);
+        if ms(Instant::now()).saturating_sub(since) > 4 * hb.as_millis() as u64 {
+            close.send_replace(true);
+            return;
+        }
+        let asked = Instant::now();
+        if !out.frame("ping", None, json!({})).await {
+            return;
+        }
+        if asked.elapsed() > hb {
+            grace = ms(Instant::now());
+        }
+    }
+}
+
+/// Answers one frame. Returns false when the connection must close.
+async fn handle(s: &mut Session, f: Frame) -> bool {
+    let rid = f.id.clone();
+    let rid = rid.as_ref();
+    if f.ftype == "pong" || (f.reply_to.is_some() && f.ftype != "error") {
+        return true; // an answer to our ping: liveness was recorded on read
+    }
+    if f.ftype == "send_message" && s.agent.is_some() {
+        return send_pipelined(s, f).await;
+    }
+    // Everything else observes the effects of earlier sends on this connection.
+    if let Ok(all) = s.inflight.acquire_many(MAX_INFLIGHT).await {
+        drop(all);
+    }
+    let res = match (f.ftype.as_str(), &s.agent) {
+        ("ping", _) => Ok(("pong", json!({}))),
+        ("register", None) => rooms::register(s, f.payload)
+            .await
+            .map(|v| ("registered", v)),
+        ("register", Some(_)) => Err(WireError::new(
+            ErrorCode::AlreadyRegistered,
+            "this connection is already registered",
+        )),
+        (_, None) => Err(WireError::new(ErrorCode::NotRegistered, "register first")),
+        ("create_room", Some(_)) => rooms::create_room(s, f.payload)
+            .await
+            .map(|v| ("room_created", v)),
+        ("join_room", Some(_)) => rooms::join_room(s, f.payload)
+            .await
+            .map(|v| ("room_joined", v)),
+        ("leave_room", Some(_)) => rooms::leave_room(s, f.payload)
+            .await
+            .map(|v| ("room_left", v)),
+        ("list_rooms", Some(_)) => rooms::list_rooms(s).await.map(|v| ("room_list", v)),
+        ("room_info", Some(_)) => rooms::room_info(s, f.payload)
+            .await
+            .map(|v| ("room_info", v)),
+        ("list_agents", Some(_)) => rooms::list_agents(s, f.payload).map(|v| ("agent_list", v)),
+        ("get_history", Some(_)) => messages::get_history(s, f.payload)
+            .await
+            .map(|v| ("history", v)),
+        ("room_tip", Some(_)) => messages::room_tip(s, f.payload)
+            .await
+            .map(|v| ("room_tip", v)),
+        (t, Some(_)) => Err(WireError::new(
+            ErrorCode::UnknownType,
+            format!("unknown frame type: {t}"),
+        )),
+    };
+    match res {
+        Ok((t, v)) => s.out.frame(t, rid, v).await,
+        Err(e) => s.out.error(rid, &e).await,
+    }
+}
+
+/// `send_message` is validated and queued for the ledger in frame order, but its answer
+/// is awaited off the reader loop, so a pipelining client shares group commits (one fsync
+/// for many messages) instead of paying one fsync per frame.
+async fn send_pipelined(s: &mut Session, f: Frame) -> bool {
+    let rid = f.id.clone();
+    let Ok(permit) = s.inflight.clone().acquire_owned().await else {
+        return false;
+    };
+    let cmd = match messages::send_command(s, f.payload) {
+        Ok(c) => c,
+        Err(e) => return s.out.error(rid.as_ref(), &e).await,
+    };
+    let ledger = s.face.d.ledger.clone();
+    // The first poll enqueues the command, fixing its order: the ledger queue is a FIFO
+    // and its bounded sender is fair, so even a full queue keeps frame order. Unconstrained,
+    // because tokio's cooperative budget could otherwise make that first poll yield before
+    // enqueueing, letting a later frame overtake this one.
+    let mut fut = Box::pin(tokio::task::unconstrained(async move {
+        ledger.execute(cmd).await
+    }));
+    let first = std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx))).await;
+    let out = s.out.clone();
+    match first {
+        Poll::Ready(r) => {
+            drop(permit);
+            answer_send(&out, rid.as_ref(), r).await
+        }
+        Poll::Pending => {
+            tokio::spawn(async move {
+                let r = fut.await;
+                answer_send(&out, rid.as_ref(), r).await;
+                drop(permit);
+            });
+            true
+        }
+    }
+}
+
+async fn answer_send(
+    out: &Outbox,
+    rid: Option<&Value>,
+    r: Result<crate::ledger::Committed, convene_core::CoreError>,
+) -> bool {
+    match r.map_err(super::wire).and_then(messages::sent_payload) {
+        Ok(v) => out.frame("message_sent", rid, v).await,
+        Err(e) => out.error(rid, &e).await,
+    }
+}

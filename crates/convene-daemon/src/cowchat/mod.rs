@@ -1,0 +1,111 @@
+//! The Cowchat protocol v2 face (NDJSON frames on `<home>/daemon/cowchat.sock` and optional
+//! TCP). Thin, like the IPC face: the wire format lives in `convene-cowchat`; this module maps
+//! rooms onto groups, agents onto actors and messages onto `chat.message` events, so every
+//! face sees the same ledger. See docs/cowchat.md for the mapping and what is not done yet.
+
+mod conn;
+mod messages;
+mod push;
+mod rooms;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use convene_core::{CoreError, ErrorCode as Core};
+use convene_cowchat::{ErrorCode, WireError};
+use parking_lot::Mutex;
+use tokio::net::{TcpListener, UnixListener};
+
+use crate::ipc::Trust;
+use crate::Daemon;
+
+/// Principal the face uses for room and membership management (`svc:` principals may
+/// manage groups; the agents themselves are the `by` of their messages).
+pub(crate) const SERVICE: &str = "svc:cowchat";
+/// Group settings key holding the room name: the name → group map is derived from it.
+pub(crate) const ROOM_KEY: &str = "cowchat_room";
+/// Group settings key holding the room's Cowchat attributes.
+pub(crate) const ATTRS_KEY: &str = "cowchat";
+/// `data` key of `chat.message` events holding Cowchat-only message fields.
+pub(crate) const DATA_KEY: &str = "cowchat";
+/// Actor `runtime` given to Cowchat agents: a name without a transport, so the runtime
+/// worker records no delivery attempts for them (they read pushes instead).
+pub(crate) const RUNTIME: &str = "cowchat";
+
+/// Daemon-wide state of the face: presence and the room-creation lock.
+pub struct Face {
+    d: Arc<Daemon>,
+    /// agent id → (display name, open connections).
+    presence: Mutex<HashMap<String, (String, usize)>>,
+    /// Serializes `create_room` so two clients cannot create the same name.
+    create: tokio::sync::Mutex<()>,
+}
+
+impl Face {
+    /// The face over a started daemon.
+    pub fn new(d: Arc<Daemon>) -> Arc<Self> {
+        Arc::new(Self {
+            d,
+            presence: Mutex::new(HashMap::new()),
+            create: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    fn online(&self, agent_id: &str) -> bool {
+        self.presence.lock().contains_key(agent_id)
+    }
+}
+
+/// Maps an engine error to the Cowchat code closest in meaning.
+pub(crate) fn wire(e: CoreError) -> WireError {
+    let code = match e.code {
+        Core::InvalidRequest | Core::LimitExceeded | Core::InvalidCursor => {
+            ErrorCode::InvalidPayload
+        }
+        Core::PermissionDenied | Core::ActorNotFound => ErrorCode::NotMember,
+        Core::GroupNotFound => ErrorCode::RoomNotFound,
+        Core::EventNotFound => ErrorCode::MessageNotFound,
+        Core::DaemonUnavailable | Core::StorageError => ErrorCode::Unavailable,
+        _ => ErrorCode::Internal,
+    };
+    WireError::new(code, e.message)
+}
+
+/// Accepts Cowchat connections on the Unix socket (local: keyless).
+pub fn spawn_unix(face: Arc<Face>, l: UnixListener) {
+    let mut stop = face.d.shutdown_rx();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                r = l.accept() => match r {
+                    Ok((s, _)) => { tokio::spawn(conn::serve(face.clone(), s, Trust::Local)); }
+                    Err(e) => { tracing::warn!(error = %e, "cowchat accept failed"); tokio::time::sleep(Duration::from_millis(50)).await; }
+                },
+                _ = stop.changed() => return,
+            }
+        }
+    });
+}
+
+/// Accepts Cowchat connections on TCP: loopback peers are local (keyless) unless
+/// `require_key`; others must register with the daemon's API key.
+pub fn spawn_tcp(face: Arc<Face>, l: TcpListener, require_key: bool) {
+    let mut stop = face.d.shutdown_rx();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                r = l.accept() => match r {
+                    Ok((s, peer)) => {
+                        // Small frames, request/response: Nagle + delayed ACK would add 40 ms.
+                        let _ = s.set_nodelay(true);
+                        let trust = if peer.ip().is_loopback() && !require_key { Trust::Local } else { Trust::Remote };
+                        tokio::spawn(conn::serve(face.clone(), s, trust));
+                    }
+                    Err(e) => { tracing::warn!(error = %e, "cowchat accept failed"); tokio::time::sleep(Duration::from_millis(50)).await; }
+                },
+                _ = stop.changed() => return,
+            }
+        }
+    });
+}

@@ -1,0 +1,132 @@
+//! Cowchat face transcripts: a real daemon on a temp home, several Cowchat connections on
+//! `<home>/daemon/cowchat.sock`. In `tests/transcripts/cowchat*.t`: `A> {json}` sends a frame
+//! on connection `A`; `A< {pattern}` must match connection `A`'s next frame. Patterns match
+//! as subsets; `"*"` matches anything; `"$name"` binds on first use, must be equal afterwards
+//! and is substituted into later frames.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::Value;
+
+fn matches(
+    pat: &Value,
+    got: &Value,
+    vars: &mut HashMap<String, Value>,
+    path: &str,
+) -> Result<(), String> {
+    match pat {
+        Value::String(s) if s == "*" => Ok(()),
+        Value::String(s) if s.starts_with('$') => match vars.get(s) {
+            Some(v) if v == got => Ok(()),
+            Some(v) => Err(format!("{path}: {s} was {v}, got {got}")),
+            None => {
+                vars.insert(s.clone(), got.clone());
+                Ok(())
+            }
+        },
+        Value::Object(m) => {
+            let Value::Object(g) = got else {
+                return Err(format!("{path}: expected object, got {got}"));
+            };
+            for (k, v) in m {
+                let gv = g
+                    .get(k)
+                    .ok_or_else(|| format!("{path}.{k}: missing in {got}"))?;
+                matches(v, gv, vars, &format!("{path}.{k}"))?;
+            }
+            Ok(())
+        }
+        Value::Array(a) => {
+            let Value::Array(g) = got else {
+                return Err(format!("{path}: expected array, got {got}"));
+            };
+            if a.len() != g.len() {
+                return Err(format!(
+                    "{path}: expected {} items, got {}: {got}",
+                    a.len(),
+                    g.len()
+                ));
+            }
+            for (i, (p, x)) in a.iter().zip(g).enumerate() {
+                matches(p, x, vars, &format!("{path}[{i}]"))?;
+            }
+            Ok(())
+        }
+        _ if pat == got => Ok(()),
+        _ => Err(format!("{path}: expected {pat}, got {got}")),
+    }
+}
+
+fn substitute(line: &str, vars: &HashMap<String, Value>) -> String {
+    let mut out = line.to_string();
+    let mut keys: Vec<&String> = vars.keys().collect();
+    keys.sort_by_key(|k| std::cmp::Reverse(k.len()));
+    for k in keys {
+        let v = match vars[k].as_str() {
+            Some(s) => format!("\"{s}\""),
+            None => vars[k].to_string(),
+        };
+        out = out.replace(&format!("\"{k}\""), &v);
+    }
+    out
+}
+
+struct Conn {
+    w: UnixStream,
+    r: BufReader<UnixStream>,
+}
+
+fn run_file(path: &Path) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let running = rt
+        .block_on(convene_daemon::start(convene_daemon::Config::new(
+            home.path().to_path_buf(),
+        )))
+        .unwrap();
+    let mut conns: HashMap<String, Conn> = HashMap::new();
+    let mut vars = HashMap::new();
+    let text = std::fs::read_to_string(path).unwrap();
+    for (n, line) in text.lines().enumerate() {
+        let n = n + 1;
+        let Some((name, rest)) = line.split_once(['>', '<']) else {
+            continue;
+        };
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_uppercase()) {
+            continue;
+        }
+        let c = conns.entry(name.to_string()).or_insert_with(|| {
+            let w = UnixStream::connect(&running.cowchat_socket).unwrap();
+            w.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            Conn {
+                r: BufReader::new(w.try_clone().unwrap()),
+                w,
+            }
+        });
+        let body = substitute(rest.trim_start(), &vars);
+        if line[name.len()..].starts_with('>') {
+            c.w.write_all(body.as_bytes()).unwrap();
+            c.w.write_all(b"\n").unwrap();
+        } else {
+            let mut got = String::new();
+            c.r.read_line(&mut got).unwrap();
+            let got: Value = serde_json::from_str(&got)
+                .unwrap_or_else(|e| panic!("{}:{n}: bad frame {got:?}: {e}", path.display()));
+            let pat: Value = serde_json::from_str(&body)
+                .unwrap_or_else(|e| panic!("{}:{n}: bad pattern: {e}", path.display()));
+            if let Err(e) = matches(&pat, &got, &mut vars, "$") {
+                panic!("{}:{n}: {e}\n  full frame: {got}", path.display());
+            }
+        }
+    }
+    drop(rt);
+}
+
+#[test]
+fn transcript_cowchat_v2() {
+    run_file(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/transcripts/cowchat.t"));
+}
