@@ -9,6 +9,7 @@ pub mod home;
 pub mod hub;
 pub mod ipc;
 pub mod ledger;
+pub mod lines;
 pub mod runtime;
 
 use std::net::SocketAddr;

@@ -16,11 +16,10 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
+use crate::lines::{read_frame, Frame as Read};
 use convene_cowchat::{error_frame, parse_frame, ErrorCode, Frame, OutFrame, WireError};
 use serde_json::{json, Value};
-use tokio::io::{
-    AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, BufWriter,
-};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::JoinHandle;
 
@@ -125,51 +124,6 @@ impl Session {
     }
 }
 
-enum Read {
-    Line,
-    TooLarge,
-    Eof,
-}
-
-/// Reads one `\n`-terminated frame into `buf`, skipping (and reporting) lines over `max`
-/// without buffering them.
-async fn read_line<R: AsyncBufRead + Unpin>(
-    r: &mut R,
-    buf: &mut Vec<u8>,
-    max: usize,
-) -> std::io::Result<Read> {
-    buf.clear();
-    let mut over = false;
-    loop {
-        let avail = r.fill_buf().await?;
-        if avail.is_empty() {
-            return Ok(if over {
-                Read::TooLarge
-            } else if buf.is_empty() {
-                Read::Eof
-            } else {
-                Read::Line
-            });
-        }
-        if let Some(i) = avail.iter().position(|b| *b == b'\n') {
-            over |= buf.len() + i > max;
-            if !over {
-                buf.extend_from_slice(&avail[..i]);
-            }
-            r.consume(i + 1);
-            return Ok(if over { Read::TooLarge } else { Read::Line });
-        }
-        let n = avail.len();
-        over |= buf.len() + n > max;
-        if over {
-            buf.clear();
-        } else {
-            buf.extend_from_slice(avail);
-        }
-        r.consume(n);
-    }
-}
-
 /// Serves one connection until the peer leaves, goes silent or stalls, or the daemon stops.
 pub(super) async fn serve<S>(face: Arc<Face>, stream: S, trust: Trust)
 where
@@ -209,9 +163,9 @@ where
     let mut shutdown = face.d.shutdown_rx();
     let mut buf = Vec::with_capacity(4096);
     loop {
-        // Cancelling `read_line` loses a partial line; that only happens when closing.
+        // Cancelling `read_frame` loses a partial line; that only happens when closing.
         let got = tokio::select! {
-            g = read_line(&mut r, &mut buf, convene_cowchat::MAX_FRAME_BYTES) => g,
+            g = read_frame(&mut r, &mut buf, convene_cowchat::MAX_FRAME_BYTES) => g,
             _ = close_rx.changed() => break,
             _ = shutdown.changed() => break,
         };

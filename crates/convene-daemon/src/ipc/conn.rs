@@ -13,8 +13,9 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, BufWriter, Writ
 use tokio::sync::{mpsc, oneshot, Notify};
 
 use super::args::Args;
-use super::{dispatch, error_line, ops_chat, read_frame, stream, Frame, Trust};
+use super::{dispatch, error_line, ops_chat, stream, Trust};
 use crate::ledger::Committed;
+use crate::lines::{read_frame, Frame};
 use crate::Daemon;
 
 /// Answers a connection may owe at once; a client pipelining more waits (back-pressure).

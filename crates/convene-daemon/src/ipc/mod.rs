@@ -10,7 +10,6 @@ mod stream;
 
 use convene_core::{Command, CoreError, ErrorCode, Event};
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufRead, AsyncBufReadExt};
 
 use crate::Daemon;
 use args::Args;
@@ -78,52 +77,6 @@ pub(crate) fn raw_value(json: &str) -> Value {
 
 pub(crate) fn error_line(e: &CoreError) -> Vec<u8> {
     convene_ipc::err_line(e.code.as_str(), &e.message, e.details.clone())
-}
-
-pub(crate) enum Frame {
-    Line,
-    TooLarge,
-    Eof,
-}
-
-/// Reads one `\n`-terminated frame into `buf`, refusing (and skipping) frames over `max`.
-pub(crate) async fn read_frame<R: AsyncBufRead + Unpin>(
-    r: &mut R,
-    buf: &mut Vec<u8>,
-    max: usize,
-) -> std::io::Result<Frame> {
-    buf.clear();
-    let mut over = false;
-    loop {
-        let avail = r.fill_buf().await?;
-        if avail.is_empty() {
-            // A client that half-closes after its last request still gets its answer.
-            return Ok(if over {
-                Frame::TooLarge
-            } else if buf.is_empty() {
-                Frame::Eof
-            } else {
-                Frame::Line
-            });
-        }
-        if let Some(i) = avail.iter().position(|b| *b == b'\n') {
-            if !over && buf.len() + i <= max {
-                buf.extend_from_slice(&avail[..i]);
-            } else {
-                over = true;
-            }
-            r.consume(i + 1);
-            return Ok(if over { Frame::TooLarge } else { Frame::Line });
-        }
-        let n = avail.len();
-        if !over && buf.len() + n <= max {
-            buf.extend_from_slice(avail);
-        } else {
-            over = true;
-            buf.clear();
-        }
-        r.consume(n);
-    }
 }
 
 /// Runs one non-streaming op (`send`/`reply` go through `conn.rs` to be pipelined).
