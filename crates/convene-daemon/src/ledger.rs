@@ -155,11 +155,8 @@ impl Ledger {
 
     /// Executes a command; resolves once it is durable (or refused).
     pub async fn execute(&self, cmd: Command) -> Result<Committed, CoreError> {
-        let mut cmd = Some(cmd);
-        if let Some(done) = self.try_inline(&mut cmd) {
-            return done;
-        }
-        let cmd = cmd.ok_or_else(stopped)?;
+        // Always queued: callers that know they are sequential use `try_inline` first, and a
+        // pipelining caller must not commit one command per fsync on its own thread.
         self.submit(cmd).await?.await.map_err(|_| stopped())?
     }
 

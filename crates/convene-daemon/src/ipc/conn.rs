@@ -169,7 +169,11 @@ where
                             "send" | "reply" => {
                                 match ops_chat::prepare_send(&d, &req.op, &Args(req.args)) {
                                     Ok(cmd) => {
-                                        let idle = inflight.n.load(Ordering::Acquire) == 0;
+                                        // Sequential client: nothing owed and nothing more
+                                        // buffered. A pipelining client is queued instead so
+                                        // its requests share group commits.
+                                        let idle = inflight.n.load(Ordering::Acquire) == 0
+                                            && r.buffer().is_empty();
                                         queue_or_commit(&d, cmd, idle).await
                                     }
                                     Err(e) => Out::Ready(error_line(&e)),
