@@ -96,6 +96,8 @@ pub(super) struct Session {
     /// room id → push task.
     pub subs: HashMap<String, JoinHandle<()>>,
     inflight: Arc<Semaphore>,
+    /// More frames are already buffered from the client (it is pipelining).
+    more_buffered: bool,
 }
 
 impl Session {
@@ -159,6 +161,7 @@ where
         agent: None,
         subs: HashMap::new(),
         inflight: Arc::new(Semaphore::new(MAX_INFLIGHT as usize)),
+        more_buffered: false,
     };
     let mut shutdown = face.d.shutdown_rx();
     let mut buf = Vec::with_capacity(4096);
@@ -189,6 +192,7 @@ where
                     }
                 }
                 Ok(f) => {
+                    s.more_buffered = !r.buffer().is_empty();
                     if !handle(&mut s, f).await {
                         break;
                     }
@@ -337,6 +341,21 @@ async fn send_pipelined(s: &mut Session, f: Frame) -> bool {
         Err(e) => return s.out.error(rid.as_ref(), &e).await,
     };
     let ledger = s.face.d.ledger.clone();
+    // A sequential client (no earlier send unanswered, nothing more buffered) commits on
+    // this thread when the ledger is idle: no hand-off to the writer thread and back.
+    let mut cmd = Some(cmd);
+    if !s.more_buffered && s.inflight.available_permits() + 1 == MAX_INFLIGHT as usize {
+        if let Some(r) = ledger.try_inline(&mut cmd) {
+            drop(permit);
+            return answer_send(&s.out, rid.as_ref(), r).await;
+        }
+    }
+    let Some(cmd) = cmd else {
+        return s
+            .out
+            .error(rid.as_ref(), &super::wire(crate::ledger::stopped()))
+            .await;
+    };
     // The first poll enqueues the command, fixing its order: the ledger queue is a FIFO
     // and its bounded sender is fair, so even a full queue keeps frame order. Unconstrained,
     // because tokio's cooperative budget could otherwise make that first poll yield before
