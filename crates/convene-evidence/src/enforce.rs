@@ -334,9 +334,11 @@ impl Enforcer {
     }
 
     /// Signature-only check (step 3) against pinned keys (and HMAC when enrolled).
+    ///
+    /// During a §7.3 overlap either signature may carry the receipt; a cosignature that is
+    /// present but invalid rejects it ([`Receipt::verify_with_trust`]).
     pub fn signature_ok(&self, r: &Receipt) -> bool {
-        let keys = self.trust.keys_for_issuer(&r.issuer, r.issued_at);
-        let ed = keys.iter().any(|k| r.verify_signature(k));
+        let ed = r.verify_with_trust(&self.trust);
         let mac = match self.hmac_secrets.get(&r.issuer) {
             Some(s) => r.verify_hmac(s),
             None => true,

@@ -316,6 +316,16 @@ impl TrustStore {
         }
     }
 
+    /// Any enrolled key of `issuer` with this 16-hex fingerprint, whatever its state.
+    pub fn enrolled(&self, issuer: &str, fp: &str) -> Option<(VerifyingKey, KeyState)> {
+        let k = self.keys.get(fp).filter(|k| k.issuer == issuer)?;
+        let pk = match k.parsed {
+            Some(pk) => pk,
+            None => public_from_b64(&k.public_key).ok()?,
+        };
+        Some((pk, k.state))
+    }
+
     /// All usable keys of an issuer (for receipts that do not name their key).
     pub fn keys_for_issuer(&self, issuer: &str, issued_at: f64) -> Vec<VerifyingKey> {
         self.keys

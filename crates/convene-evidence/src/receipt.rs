@@ -2,7 +2,7 @@
 
 use crate::error::EvidenceError;
 use crate::jcs::{format_python_float, sha256_hex};
-use crate::keys::{verify_sig, KeyMaterial};
+use crate::keys::{verify_sig, KeyMaterial, KeyState, TrustStore};
 use ed25519_dalek::VerifyingKey;
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
@@ -118,6 +118,26 @@ pub struct Receipt {
     /// UNDECIDED scope-comparison result (§4.5.1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub comparison_axis: Option<Value>,
+    /// Second signature by the incoming key during a §7.3 dual-sign overlap (extension).
+    ///
+    /// Signs the same bytes as `signature` ([`Receipt::signature_payload`]), which never
+    /// include this field: the primary signature means the same with or without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cosignature: Option<Cosignature>,
+}
+
+/// The dual-sign extension (§7.3): the incoming key's signature over the primary payload.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Cosignature {
+    /// 16-hex fingerprint of the incoming key (how a consumer finds it in its trust store).
+    pub signing_key_fingerprint: String,
+    /// Ed25519 signature, 128 hex, over the same bytes as the primary `signature`.
+    pub signature: String,
+}
+
+fn is_lower_hex(s: &str, len: usize) -> bool {
+    s.len() == len && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 type HmacSha256 = Hmac<Sha256>;
@@ -206,6 +226,16 @@ impl Receipt {
         }
         key(&mut o, "config_hash");
         write_string(&self.config_hash, &mut o);
+        // The cosignature is part of the full receipt (receipt_hash) but not of the
+        // primary signature's payload.
+        if let (true, Some(c)) = (with_signature, &self.cosignature) {
+            key(&mut o, "cosignature");
+            o.push_str("{\"signature\":");
+            write_string(&c.signature, &mut o);
+            o.push_str(",\"signing_key_fingerprint\":");
+            write_string(&c.signing_key_fingerprint, &mut o);
+            o.push('}');
+        }
         key(&mut o, "expires_at");
         o.push_str(&format_es6(self.expires_at)?);
         key(&mut o, "issued_at");
@@ -263,12 +293,68 @@ impl Receipt {
         Ok(o)
     }
 
-    /// Recompute HMAC and Ed25519 signature with the given keys.
+    /// Recompute HMAC and Ed25519 signature with the given keys (single signature).
     pub fn seal(&mut self, keys: &KeyMaterial) -> Result<(), EvidenceError> {
+        self.seal_dual(keys, None)
+    }
+
+    /// Recompute HMAC and signature with `keys`; during a §7.3 overlap also cosign with
+    /// the incoming key `next` (None removes any cosignature).
+    pub fn seal_dual(
+        &mut self,
+        keys: &KeyMaterial,
+        next: Option<&KeyMaterial>,
+    ) -> Result<(), EvidenceError> {
         self.receipt = self.compute_hmac(keys.hmac_secret());
         let payload = self.signature_payload()?;
         self.signature = hex::encode(keys.sign(payload.as_bytes()).to_bytes());
+        self.cosignature = next.map(|n| Cosignature {
+            signing_key_fingerprint: n.fingerprint(),
+            signature: hex::encode(n.sign(payload.as_bytes()).to_bytes()),
+        });
         Ok(())
+    }
+
+    /// Verify the cosignature, if any, with a given key.
+    pub fn verify_cosignature(&self, pk: &VerifyingKey) -> bool {
+        match (&self.cosignature, self.signature_payload()) {
+            (Some(c), Ok(p)) => verify_sig(pk, p.as_bytes(), &c.signature),
+            _ => false,
+        }
+    }
+
+    /// Step 3 against a consumer's trust store, dual-sign aware (§7.3).
+    ///
+    /// Accepted when the primary signature or the cosignature verifies under a key the
+    /// store accepts for this issuer at `issued_at`. A cosignature is refused outright
+    /// when it is malformed, names a revoked key, or names a key the store holds (in any
+    /// other state) and does not verify under it. A cosignature naming a key the store
+    /// does not hold cannot be checked and adds nothing: acceptance then rests on the
+    /// primary signature alone (the same as if it were stripped).
+    pub fn verify_with_trust(&self, trust: &TrustStore) -> bool {
+        let Ok(payload) = self.signature_payload() else {
+            return false;
+        };
+        let msg = payload.as_bytes();
+        let mut accepted = false;
+        if let Some(c) = &self.cosignature {
+            if !is_lower_hex(&c.signing_key_fingerprint, 16) || !is_lower_hex(&c.signature, 128) {
+                return false;
+            }
+            if let Some((pk, state)) = trust.enrolled(&self.issuer, &c.signing_key_fingerprint) {
+                if state == KeyState::Revoked || !verify_sig(&pk, msg, &c.signature) {
+                    return false;
+                }
+                accepted = trust
+                    .key_for(&self.issuer, &c.signing_key_fingerprint, self.issued_at)
+                    .is_some();
+            }
+        }
+        accepted
+            || trust
+                .keys_for_issuer(&self.issuer, self.issued_at)
+                .iter()
+                .any(|k| verify_sig(k, msg, &self.signature))
     }
 
     /// Verify the Ed25519 signature with a pinned public key.
@@ -342,13 +428,19 @@ mod tests {
             parent_trace_id: Some("parent".into()),
             challenge: Some(json!({"missing":["x"],"\u{20ac}":1,"a":1.5})),
             comparison_axis: Some(json!({"verdict":"UNDECIDED"})),
+            cosignature: Some(Cosignature {
+                signing_key_fingerprint: "0123456789abcdef".into(),
+                signature: "ee".repeat(64),
+            }),
         }
     }
 
     fn generic(r: &Receipt, with_sig: bool) -> String {
         let mut v = serde_json::to_value(r).unwrap();
         if !with_sig {
-            v.as_object_mut().unwrap().remove("signature");
+            let o = v.as_object_mut().unwrap();
+            o.remove("signature");
+            o.remove("cosignature");
         }
         crate::jcs::canonicalize(&v).unwrap()
     }
@@ -363,6 +455,7 @@ mod tests {
         r.parent_trace_id = None;
         r.challenge = None;
         r.comparison_axis = None;
+        r.cosignature = None;
         r.verdict = Verdict::Allow;
         assert_eq!(r.canonical(false).unwrap(), generic(&r, false));
         assert_eq!(r.canonical(true).unwrap(), generic(&r, true));
