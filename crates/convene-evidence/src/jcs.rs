@@ -127,7 +127,7 @@ fn write_number(n: &serde_json::Number, out: &mut String) -> Result<(), Evidence
     let f = n
         .as_f64()
         .ok_or_else(|| EvidenceError::Canonical("unrepresentable number".into()))?;
-    out.push_str(&format_es6(f)?);
+    write_es6(f, out)?;
     Ok(())
 }
 
@@ -151,26 +151,60 @@ pub fn format_es6(f: f64) -> Result<String, EvidenceError> {
 
 /// Format an f64 like Python's `repr(float)`, used by the §4.2 HMAC payload.
 pub fn format_python_float(f: f64) -> String {
+    let mut s = String::new();
+    write_python_float(f, &mut s);
+    s
+}
+
+/// Append an f64 formatted like Python's `repr(float)` (no intermediate allocation in the
+/// common range).
+pub fn write_python_float(f: f64, out: &mut String) {
+    use std::fmt::Write;
     if f.is_nan() {
-        return "nan".into();
+        out.push_str("nan");
+        return;
     }
     if f.is_infinite() {
-        return if f > 0.0 { "inf".into() } else { "-inf".into() };
+        out.push_str(if f > 0.0 { "inf" } else { "-inf" });
+        return;
     }
     let a = f.abs();
     if a == 0.0 || (1e-4..1e16).contains(&a) {
         // Rust's Debug prints the shortest round-trip repr with a ".0" suffix
         // for integral values, exactly like Python in this range.
-        return format!("{:?}", f);
+        let _ = write!(out, "{:?}", f);
+        return;
     }
     let sci = format!("{:e}", f);
     match sci.split_once('e') {
         Some((m, e)) => {
             let ev: i32 = e.parse().unwrap_or(0);
-            format!("{}e{}{:02}", m, if ev < 0 { '-' } else { '+' }, ev.abs())
+            let _ = write!(
+                out,
+                "{}e{}{:02}",
+                m,
+                if ev < 0 { '-' } else { '+' },
+                ev.abs()
+            );
         }
-        None => sci,
+        None => out.push_str(&sci),
     }
+}
+
+/// Append an f64 in ECMAScript Number::toString form (RFC 8785 §3.2.2.3).
+pub fn write_es6(f: f64, out: &mut String) -> Result<(), EvidenceError> {
+    if !f.is_finite() {
+        return Err(EvidenceError::Canonical(
+            "NaN/Infinity not permitted".into(),
+        ));
+    }
+    if f == 0.0 {
+        out.push('0');
+        return Ok(());
+    }
+    let mut buf = ryu_js::Buffer::new();
+    out.push_str(buf.format_finite(f));
+    Ok(())
 }
 
 #[cfg(test)]

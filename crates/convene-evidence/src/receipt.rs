@@ -1,7 +1,7 @@
 //! The CCS receipt (§4): fields, signed bytes, HMAC and Ed25519 signatures.
 
 use crate::error::EvidenceError;
-use crate::jcs::{format_python_float, sha256_hex};
+use crate::jcs::sha256_hex;
 use crate::keys::{verify_sig, KeyMaterial, KeyState, TrustStore};
 use ed25519_dalek::VerifyingKey;
 use hmac::{Hmac, Mac};
@@ -145,26 +145,40 @@ type HmacSha256 = Hmac<Sha256>;
 impl Receipt {
     /// The §4.2 extended signing payload string.
     pub fn signed_bytes(&self) -> String {
-        format!(
-            "{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}",
-            self.trace_id,
-            self.verdict.as_str(),
-            format_python_float(self.timestamp),
-            self.tool,
-            self.params_hash,
-            self.rule_summary,
-            self.request_hash,
-            self.response_hash,
-            self.runtime_context_hash,
-            self.action,
-            self.config_hash,
-            self.issuer,
-            self.audience,
-            self.nonce,
-            self.sequence,
-            format_python_float(self.issued_at),
-            format_python_float(self.expires_at),
-        )
+        let mut o = String::with_capacity(768);
+        self.write_signed_bytes(&mut o);
+        o
+    }
+
+    /// Append the §4.2 payload (`:`-joined fields) to `o`.
+    fn write_signed_bytes(&self, o: &mut String) {
+        use crate::jcs::write_python_float;
+        use std::fmt::Write;
+        o.push_str(&self.trace_id);
+        o.push(':');
+        o.push_str(self.verdict.as_str());
+        o.push(':');
+        write_python_float(self.timestamp, o);
+        for part in [
+            &self.tool,
+            &self.params_hash,
+            &self.rule_summary,
+            &self.request_hash,
+            &self.response_hash,
+            &self.runtime_context_hash,
+            &self.action,
+            &self.config_hash,
+            &self.issuer,
+            &self.audience,
+            &self.nonce,
+        ] {
+            o.push(':');
+            o.push_str(part);
+        }
+        let _ = write!(o, ":{}:", self.sequence);
+        write_python_float(self.issued_at, o);
+        o.push(':');
+        write_python_float(self.expires_at, o);
     }
 
     /// L0 HMAC: first 32 hex of HMAC-SHA256(secret, signed bytes).
@@ -175,21 +189,19 @@ impl Receipt {
             Err(_) => return String::new(),
         };
         mac.update(self.signed_bytes().as_bytes());
-        hex::encode(mac.finalize().into_bytes())[..32].to_string()
+        hex::encode(&mac.finalize().into_bytes()[..16])
     }
 
     /// Constant-time check of the L0 HMAC.
     pub fn verify_hmac(&self, secret: &[u8]) -> bool {
+        let mut want = [0u8; 16];
+        if self.receipt.len() != 32 || hex::decode_to_slice(&self.receipt, &mut want).is_err() {
+            return false;
+        }
         let Ok(mut mac) = HmacSha256::new_from_slice(secret) else {
             return false;
         };
         mac.update(self.signed_bytes().as_bytes());
-        let Ok(want) = hex::decode(&self.receipt) else {
-            return false;
-        };
-        if want.len() != 16 {
-            return false;
-        }
         mac.verify_truncated_left(&want).is_ok()
     }
 
@@ -200,7 +212,8 @@ impl Receipt {
 
     /// RFC 8785 form written directly (hot path); equal to JCS of the serde value.
     fn canonical(&self, with_signature: bool) -> Result<String, EvidenceError> {
-        use crate::jcs::{format_es6, write_string, write_value, MAX_SAFE_INTEGER};
+        use crate::jcs::{write_es6, write_string, write_value, MAX_SAFE_INTEGER};
+        use std::fmt::Write;
         let mut o = String::with_capacity(1024);
         let mut first = true;
         let mut key = |o: &mut String, k: &str| {
@@ -237,13 +250,13 @@ impl Receipt {
             o.push('}');
         }
         key(&mut o, "expires_at");
-        o.push_str(&format_es6(self.expires_at)?);
+        write_es6(self.expires_at, &mut o)?;
         key(&mut o, "issued_at");
-        o.push_str(&format_es6(self.issued_at)?);
+        write_es6(self.issued_at, &mut o)?;
         key(&mut o, "issuer");
         write_string(&self.issuer, &mut o);
         key(&mut o, "max_clock_skew");
-        o.push_str(&format_es6(self.max_clock_skew)?);
+        write_es6(self.max_clock_skew, &mut o)?;
         key(&mut o, "nonce");
         write_string(&self.nonce, &mut o);
         if let Some(st) = self.outcome_status {
@@ -274,13 +287,13 @@ impl Receipt {
         if self.sequence > MAX_SAFE_INTEGER {
             return Err(EvidenceError::Canonical("sequence beyond 2^53".into()));
         }
-        o.push_str(&self.sequence.to_string());
+        let _ = write!(o, "{}", self.sequence);
         if with_signature {
             key(&mut o, "signature");
             write_string(&self.signature, &mut o);
         }
         key(&mut o, "timestamp");
-        o.push_str(&format_es6(self.timestamp)?);
+        write_es6(self.timestamp, &mut o)?;
         key(&mut o, "tool");
         write_string(&self.tool, &mut o);
         key(&mut o, "trace_id");
@@ -288,7 +301,7 @@ impl Receipt {
         key(&mut o, "verdict");
         write_string(self.verdict.as_str(), &mut o);
         key(&mut o, "verified_at");
-        o.push_str(&format_es6(self.verified_at)?);
+        write_es6(self.verified_at, &mut o)?;
         o.push('}');
         Ok(o)
     }
@@ -352,9 +365,8 @@ impl Receipt {
         }
         accepted
             || trust
-                .keys_for_issuer(&self.issuer, self.issued_at)
-                .iter()
-                .any(|k| verify_sig(k, msg, &self.signature))
+                .usable_keys(&self.issuer, self.issued_at)
+                .any(|k| verify_sig(&k, msg, &self.signature))
     }
 
     /// Verify the Ed25519 signature with a pinned public key.
@@ -459,5 +471,54 @@ mod tests {
         r.verdict = Verdict::Allow;
         assert_eq!(r.canonical(false).unwrap(), generic(&r, false));
         assert_eq!(r.canonical(true).unwrap(), generic(&r, true));
+    }
+
+    /// The pre-optimization §4.2 payload, kept as the reference.
+    fn signed_bytes_reference(r: &Receipt) -> String {
+        use crate::jcs::format_python_float as p;
+        format!(
+            "{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}",
+            r.trace_id,
+            r.verdict.as_str(),
+            p(r.timestamp),
+            r.tool,
+            r.params_hash,
+            r.rule_summary,
+            r.request_hash,
+            r.response_hash,
+            r.runtime_context_hash,
+            r.action,
+            r.config_hash,
+            r.issuer,
+            r.audience,
+            r.nonce,
+            r.sequence,
+            p(r.issued_at),
+            p(r.expires_at),
+        )
+    }
+
+    #[test]
+    fn ccs_4_2_signed_bytes_writer_equals_reference_format() {
+        let mut r = sample();
+        for (t, i, e) in [
+            (1722384000.123456, 1722384000.0, 1722384060.0),
+            (0.0, -0.0, 1e-5),
+            (1e16, 1.5e300, 123.456e-10),
+            (f64::NAN, f64::INFINITY, f64::NEG_INFINITY),
+        ] {
+            r.timestamp = t;
+            r.issued_at = i;
+            r.expires_at = e;
+            assert_eq!(r.signed_bytes(), signed_bytes_reference(&r));
+            let secret = [7u8; 32];
+            let h = r.compute_hmac(&secret);
+            assert_eq!(h.len(), 32);
+            r.receipt = h;
+            assert!(r.verify_hmac(&secret));
+            r.receipt
+                .replace_range(0..1, if r.receipt.starts_with('0') { "1" } else { "0" });
+            assert!(!r.verify_hmac(&secret));
+        }
     }
 }
