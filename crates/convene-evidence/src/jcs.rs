@@ -79,8 +79,17 @@ pub(crate) fn cmp_utf16(a: &str, b: &str) -> std::cmp::Ordering {
 /// Append a JSON string literal with RFC 8785 escaping.
 pub(crate) fn write_string(s: &str, out: &mut String) {
     out.push('"');
-    // Copy unescaped runs in one go; only control characters, '"' and '\\' need work.
     let bytes = s.as_bytes();
+    // Fast path (hashes, ids, URIs): a branch-free scan the compiler can vectorize.
+    let needs_escape = bytes.iter().fold(false, |acc, &b| {
+        acc | (b < 0x20) | (b == b'"') | (b == b'\\')
+    });
+    if !needs_escape {
+        out.push_str(s);
+        out.push('"');
+        return;
+    }
+    // Copy unescaped runs in one go; only control characters, '"' and '\\' need work.
     let mut start = 0;
     for (i, &b) in bytes.iter().enumerate() {
         let esc: Option<&str> = match b {
@@ -310,5 +319,24 @@ mod tests {
         assert_eq!(format_python_float(1e16), "1e+16");
         assert_eq!(format_python_float(1.5e-5), "1.5e-05");
         assert_eq!(format_python_float(30.0), "30.0");
+    }
+
+    #[test]
+    fn write_string_fast_and_escaping_paths_agree_with_serde() {
+        for s in [
+            "",
+            "sha256:abc",
+            "https://v.example/x?y=1",
+            "\"",
+            "a\\",
+            "\u{1f}end",
+            "mid\tdle",
+            "\u{7f}\u{e9}\u{20ac}",
+            "x\u{0}y",
+        ] {
+            let mut out = String::new();
+            write_string(s, &mut out);
+            assert_eq!(out, serde_json::to_string(s).unwrap(), "{s:?}");
+        }
     }
 }

@@ -1044,3 +1044,34 @@ fn ccs_7_3_2_cutover_needs_overlap_then_signs_with_new_key_only() {
     // No rotation in progress: nothing to cut over to.
     assert!(v.cutover().is_err());
 }
+
+#[test]
+fn ccs_6_8_replay_cache_file_with_older_rowid_schema_keeps_working() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.sqlite");
+    {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        c.execute_batch(
+            "CREATE TABLE seen (issuer TEXT NOT NULL, nonce TEXT NOT NULL,
+               expires_at REAL NOT NULL, PRIMARY KEY (issuer, nonce));
+             INSERT INTO seen VALUES ('https://i', 'n1', 10.0);",
+        )
+        .unwrap();
+    }
+    let rc = ReplayCache::open(&path).unwrap();
+    assert!(!rc.check_and_insert("https://i", "n1", 10.0).unwrap());
+    assert!(rc.check_and_insert("https://i", "n2", 10.0).unwrap());
+    assert!(!rc.check_and_insert("https://i", "n2", 10.0).unwrap());
+    assert!(rc.check_and_insert("https://j", "n2", 10.0).unwrap());
+    assert_eq!(rc.prune(100.0, 0.0).unwrap(), 3);
+    drop(rc);
+    // A fresh file gets the clustered schema and the same semantics across a restart.
+    let path = dir.path().join("new.sqlite");
+    assert!(ReplayCache::open(&path)
+        .unwrap()
+        .check_and_insert("https://i", "n1", 10.0)
+        .unwrap());
+    let rc = ReplayCache::open(&path).unwrap();
+    assert!(!rc.check_and_insert("https://i", "n1", 10.0).unwrap());
+    assert!(rc.check_and_insert("https://j", "n1", 10.0).unwrap());
+}
