@@ -1,5 +1,6 @@
 //! Throughput benchmark (plain std::time): issuance, six-step verification,
 //! 16-hop chain verification and per-rule latency. Run: cargo bench -p convene-evidence
+//! (EVB_ONLY=<substring> measures only the matching rows, e.g. EVB_ONLY=verify for profiling).
 
 use base64::Engine;
 use convene_evidence::chain::EvidenceChain;
@@ -22,6 +23,9 @@ const ROUNDS: usize = 5;
 
 /// Best-of-rounds throughput of `f` (each call is one operation).
 fn measure(name: &str, mut f: impl FnMut()) {
+    if std::env::var("EVB_ONLY").is_ok_and(|o| !name.contains(&o)) {
+        return;
+    }
     let mut best = (0u64, Duration::from_secs(1));
     for _ in 0..ROUNDS {
         let start = Instant::now();

@@ -148,11 +148,7 @@ impl Envelope {
         if r.receipt_hash().ok().as_deref() != Some(self.previous_receipt_hash.as_str()) {
             return Err(EnvelopeRejection::LinkageMismatch);
         }
-        let ok = trust
-            .keys_for_issuer(&r.issuer, r.issued_at)
-            .iter()
-            .any(|k| r.verify_signature(k));
-        if !ok {
+        if !r.verify_with_trust(trust) {
             return Err(EnvelopeRejection::SignatureInvalid);
         }
         Ok(r)
@@ -331,11 +327,7 @@ impl EvidenceChain {
         if r.receipt_hash().ok().as_deref() != Some(e.receipt_hash.as_str()) {
             return Err(format!("receipt_hash mismatch at hop {}", e.hop));
         }
-        let signed = trust
-            .keys_for_issuer(&r.issuer, r.issued_at)
-            .iter()
-            .any(|k| r.verify_signature(k));
-        if !signed {
+        if !r.verify_with_trust(trust) {
             return Err(format!("signature invalid at hop {}", e.hop));
         }
         let skew = r.max_clock_skew;

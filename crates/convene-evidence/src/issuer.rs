@@ -128,6 +128,8 @@ pub type FaultHook = Arc<dyn Fn(Step) -> Result<(), String> + Send + Sync>;
 pub struct Verifier {
     settings: VerifierSettings,
     keys: KeyMaterial,
+    /// Incoming key during a §7.3 dual-sign overlap, with the time the overlap began.
+    next_keys: Option<(KeyMaterial, f64)>,
     rules: Vec<Box<dyn Rule>>,
     manifest: Manifest,
     config: CanonicalConfig,
@@ -164,10 +166,35 @@ impl Verifier {
                 "issuer and audience must be URIs".into(),
             ));
         }
+        let (manifest, config, config_hash) = Self::bind_config(&settings, &keys, &rules)?;
+        Ok(Self {
+            settings,
+            keys,
+            next_keys: None,
+            rules,
+            manifest,
+            config,
+            config_hash,
+            sequence: AtomicU64::new(0),
+            store: None,
+            clock: Arc::new(now_unix),
+            open_indeterminate: Mutex::new(HashMap::new()),
+            open_challenges: Mutex::new(HashMap::new()),
+            #[cfg(test)]
+            fault: None,
+        })
+    }
+
+    /// Signed manifest and canonical configuration for a signing key.
+    fn bind_config(
+        settings: &VerifierSettings,
+        keys: &KeyMaterial,
+        rules: &[Box<dyn Rule>],
+    ) -> Result<(Manifest, CanonicalConfig, String), EvidenceError> {
         let now = now_unix();
         let manifest = Manifest::build(
             &settings.issuer,
-            &keys,
+            keys,
             settings.challenge_policy,
             now as u64,
             30 * 24 * 3600,
@@ -183,21 +210,46 @@ impl Verifier {
             policy_floor: settings.policy_floor.clone(),
         };
         let config_hash = config.hash()?;
-        Ok(Self {
-            settings,
-            keys,
-            rules,
-            manifest,
-            config,
-            config_hash,
-            sequence: AtomicU64::new(0),
-            store: None,
-            clock: Arc::new(now_unix),
-            open_indeterminate: Mutex::new(HashMap::new()),
-            open_challenges: Mutex::new(HashMap::new()),
-            #[cfg(test)]
-            fault: None,
-        })
+        Ok((manifest, config, config_hash))
+    }
+
+    /// §7.3 phase 2 (dual-sign): from now on every receipt also carries a `cosignature`
+    /// by `next`. The overlap starts at the verifier's clock.
+    pub fn with_next_key(mut self, next: KeyMaterial) -> Result<Self, EvidenceError> {
+        if next.fingerprint() == self.keys.fingerprint() {
+            return Err(EvidenceError::Key("next key equals the current key".into()));
+        }
+        let since = (self.clock)();
+        self.next_keys = Some((next, since));
+        Ok(self)
+    }
+
+    /// The incoming key during a dual-sign overlap.
+    pub fn next_keys(&self) -> Option<&KeyMaterial> {
+        self.next_keys.as_ref().map(|(k, _)| k)
+    }
+
+    /// §7.3 phase 3 (cutover): the incoming key becomes the only signing key.
+    ///
+    /// Refused unless dual-signing has run for at least twice the receipt lifetime
+    /// (CCS-7.3-2). The canonical configuration (signing_key_id) and manifest are re-bound
+    /// to the new key, so config_hash changes; the sequence continues.
+    pub fn cutover(mut self) -> Result<Self, EvidenceError> {
+        let Some((next, since)) = self.next_keys.take() else {
+            return Err(EvidenceError::Key("no next key: dual-sign first".into()));
+        };
+        if (self.clock)() - since < 2.0 * self.settings.ttl_secs {
+            return Err(EvidenceError::Invalid(
+                "overlap window must be >= 2x max receipt lifetime".into(),
+            ));
+        }
+        let (manifest, config, config_hash) =
+            Self::bind_config(&self.settings, &next, &self.rules)?;
+        self.keys = next;
+        self.manifest = manifest;
+        self.config = config;
+        self.config_hash = config_hash;
+        Ok(self)
     }
 
     /// Persist every receipt to this store before returning it (§11.1); sequence resumes from it.
@@ -471,11 +523,12 @@ impl Verifier {
             parent_trace_id,
             challenge,
             comparison_axis: comparison,
+            cosignature: None,
         };
 
         self.step(Step::Sign, started, &trace)?;
         receipt
-            .seal(&self.keys)
+            .seal_dual(&self.keys, self.next_keys())
             .map_err(|_| fail("intake processing failed"))?;
 
         self.step(Step::Persist, started, &trace)?;
@@ -498,7 +551,7 @@ impl Verifier {
         let mut r = issued.clone();
         r.response_hash = format!("sha256:{}", sha256_hex(canonicalize(response)?.as_bytes()));
         r.outcome_status = Some(OutcomeStatus::Confirmed);
-        r.seal(&self.keys)?;
+        r.seal_dual(&self.keys, self.next_keys())?;
         if let Some(store) = &self.store {
             let g = store
                 .lock()
@@ -520,7 +573,7 @@ impl Verifier {
         self.check_own(issued)?;
         let mut r = issued.clone();
         r.outcome_status = Some(OutcomeStatus::Indeterminate);
-        r.seal(&self.keys)?;
+        r.seal_dual(&self.keys, self.next_keys())?;
         if let Some(store) = &self.store {
             let g = store
                 .lock()
@@ -545,7 +598,11 @@ impl Verifier {
     }
 
     fn check_own(&self, r: &Receipt) -> Result<(), EvidenceError> {
-        if r.issuer != self.settings.issuer || !r.verify_signature(&self.keys.public()) {
+        // After a cutover, receipts issued during the overlap carry our key as cosigner.
+        let pk = self.keys.public();
+        if r.issuer != self.settings.issuer
+            || !(r.verify_signature(&pk) || r.verify_cosignature(&pk))
+        {
             return Err(EvidenceError::SignatureInvalid);
         }
         Ok(())

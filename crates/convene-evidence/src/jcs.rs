@@ -79,8 +79,17 @@ pub(crate) fn cmp_utf16(a: &str, b: &str) -> std::cmp::Ordering {
 /// Append a JSON string literal with RFC 8785 escaping.
 pub(crate) fn write_string(s: &str, out: &mut String) {
     out.push('"');
-    // Copy unescaped runs in one go; only control characters, '"' and '\\' need work.
     let bytes = s.as_bytes();
+    // Fast path (hashes, ids, URIs): a branch-free scan the compiler can vectorize.
+    let needs_escape = bytes.iter().fold(false, |acc, &b| {
+        acc | (b < 0x20) | (b == b'"') | (b == b'\\')
+    });
+    if !needs_escape {
+        out.push_str(s);
+        out.push('"');
+        return;
+    }
+    // Copy unescaped runs in one go; only control characters, '"' and '\\' need work.
     let mut start = 0;
     for (i, &b) in bytes.iter().enumerate() {
         let esc: Option<&str> = match b {
@@ -127,7 +136,7 @@ fn write_number(n: &serde_json::Number, out: &mut String) -> Result<(), Evidence
     let f = n
         .as_f64()
         .ok_or_else(|| EvidenceError::Canonical("unrepresentable number".into()))?;
-    out.push_str(&format_es6(f)?);
+    write_es6(f, out)?;
     Ok(())
 }
 
@@ -151,26 +160,60 @@ pub fn format_es6(f: f64) -> Result<String, EvidenceError> {
 
 /// Format an f64 like Python's `repr(float)`, used by the §4.2 HMAC payload.
 pub fn format_python_float(f: f64) -> String {
+    let mut s = String::new();
+    write_python_float(f, &mut s);
+    s
+}
+
+/// Append an f64 formatted like Python's `repr(float)` (no intermediate allocation in the
+/// common range).
+pub fn write_python_float(f: f64, out: &mut String) {
+    use std::fmt::Write;
     if f.is_nan() {
-        return "nan".into();
+        out.push_str("nan");
+        return;
     }
     if f.is_infinite() {
-        return if f > 0.0 { "inf".into() } else { "-inf".into() };
+        out.push_str(if f > 0.0 { "inf" } else { "-inf" });
+        return;
     }
     let a = f.abs();
     if a == 0.0 || (1e-4..1e16).contains(&a) {
         // Rust's Debug prints the shortest round-trip repr with a ".0" suffix
         // for integral values, exactly like Python in this range.
-        return format!("{:?}", f);
+        let _ = write!(out, "{:?}", f);
+        return;
     }
     let sci = format!("{:e}", f);
     match sci.split_once('e') {
         Some((m, e)) => {
             let ev: i32 = e.parse().unwrap_or(0);
-            format!("{}e{}{:02}", m, if ev < 0 { '-' } else { '+' }, ev.abs())
+            let _ = write!(
+                out,
+                "{}e{}{:02}",
+                m,
+                if ev < 0 { '-' } else { '+' },
+                ev.abs()
+            );
         }
-        None => sci,
+        None => out.push_str(&sci),
     }
+}
+
+/// Append an f64 in ECMAScript Number::toString form (RFC 8785 §3.2.2.3).
+pub fn write_es6(f: f64, out: &mut String) -> Result<(), EvidenceError> {
+    if !f.is_finite() {
+        return Err(EvidenceError::Canonical(
+            "NaN/Infinity not permitted".into(),
+        ));
+    }
+    if f == 0.0 {
+        out.push('0');
+        return Ok(());
+    }
+    let mut buf = ryu_js::Buffer::new();
+    out.push_str(buf.format_finite(f));
+    Ok(())
 }
 
 #[cfg(test)]
@@ -276,5 +319,24 @@ mod tests {
         assert_eq!(format_python_float(1e16), "1e+16");
         assert_eq!(format_python_float(1.5e-5), "1.5e-05");
         assert_eq!(format_python_float(30.0), "30.0");
+    }
+
+    #[test]
+    fn write_string_fast_and_escaping_paths_agree_with_serde() {
+        for s in [
+            "",
+            "sha256:abc",
+            "https://v.example/x?y=1",
+            "\"",
+            "a\\",
+            "\u{1f}end",
+            "mid\tdle",
+            "\u{7f}\u{e9}\u{20ac}",
+            "x\u{0}y",
+        ] {
+            let mut out = String::new();
+            write_string(s, &mut out);
+            assert_eq!(out, serde_json::to_string(s).unwrap(), "{s:?}");
+        }
     }
 }

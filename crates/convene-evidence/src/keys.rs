@@ -140,15 +140,20 @@ pub fn public_from_b64(s: &str) -> Result<VerifyingKey, EvidenceError> {
 
 /// Verify an Ed25519 signature given as hex (128 chars) or base64.
 pub fn verify_sig(pk: &VerifyingKey, msg: &[u8], sig: &str) -> bool {
-    let raw = if sig.len() == 128 {
-        hex::decode(sig).ok()
+    let mut arr = [0u8; 64];
+    if sig.len() == 128 {
+        if hex::decode_to_slice(sig, &mut arr).is_err() {
+            return false;
+        }
     } else {
-        B64.decode(sig).ok()
-    };
-    let Some(raw) = raw else { return false };
-    let Ok(arr) = <[u8; 64]>::try_from(raw.as_slice()) else {
-        return false;
-    };
+        let Ok(raw) = B64.decode(sig) else {
+            return false;
+        };
+        let Ok(a) = <[u8; 64]>::try_from(raw.as_slice()) else {
+            return false;
+        };
+        arr = a;
+    }
     pk.verify(msg, &Signature::from_bytes(&arr)).is_ok()
 }
 
@@ -302,6 +307,37 @@ impl TrustStore {
         if k.issuer != issuer {
             return None;
         }
+        Self::usable(k, issued_at)
+    }
+
+    /// Any enrolled key of `issuer` with this 16-hex fingerprint, whatever its state.
+    pub fn enrolled(&self, issuer: &str, fp: &str) -> Option<(VerifyingKey, KeyState)> {
+        let k = self.keys.get(fp).filter(|k| k.issuer == issuer)?;
+        let pk = match k.parsed {
+            Some(pk) => pk,
+            None => public_from_b64(&k.public_key).ok()?,
+        };
+        Some((pk, k.state))
+    }
+
+    /// All usable keys of an issuer (for receipts that do not name their key).
+    pub fn keys_for_issuer(&self, issuer: &str, issued_at: f64) -> Vec<VerifyingKey> {
+        self.usable_keys(issuer, issued_at).collect()
+    }
+
+    /// Iterator form of [`TrustStore::keys_for_issuer`] (no allocation, one map walk).
+    pub fn usable_keys<'a>(
+        &'a self,
+        issuer: &'a str,
+        issued_at: f64,
+    ) -> impl Iterator<Item = VerifyingKey> + 'a {
+        self.keys
+            .values()
+            .filter(move |k| k.issuer == issuer)
+            .filter_map(move |k| Self::usable(k, issued_at))
+    }
+
+    fn usable(k: &EnrolledKey, issued_at: f64) -> Option<VerifyingKey> {
         let ok = match k.state {
             KeyState::Active => true,
             KeyState::Retiring => k.retire_after.is_some_and(|t| issued_at <= t),
@@ -314,15 +350,6 @@ impl TrustStore {
             Some(pk) => Some(pk),
             None => public_from_b64(&k.public_key).ok(),
         }
-    }
-
-    /// All usable keys of an issuer (for receipts that do not name their key).
-    pub fn keys_for_issuer(&self, issuer: &str, issued_at: f64) -> Vec<VerifyingKey> {
-        self.keys
-            .values()
-            .filter(|k| k.issuer == issuer)
-            .filter_map(|k| self.key_for(issuer, &k.fingerprint, issued_at))
-            .collect()
     }
 
     /// Whether a fingerprint (16 or 64 hex, optional "sha256:" prefix) is enrolled and usable.

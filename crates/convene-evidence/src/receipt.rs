@@ -1,8 +1,8 @@
 //! The CCS receipt (§4): fields, signed bytes, HMAC and Ed25519 signatures.
 
 use crate::error::EvidenceError;
-use crate::jcs::{format_python_float, sha256_hex};
-use crate::keys::{verify_sig, KeyMaterial};
+use crate::jcs::sha256_hex;
+use crate::keys::{verify_sig, KeyMaterial, KeyState, TrustStore};
 use ed25519_dalek::VerifyingKey;
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
@@ -118,6 +118,26 @@ pub struct Receipt {
     /// UNDECIDED scope-comparison result (§4.5.1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub comparison_axis: Option<Value>,
+    /// Second signature by the incoming key during a §7.3 dual-sign overlap (extension).
+    ///
+    /// Signs the same bytes as `signature` ([`Receipt::signature_payload`]), which never
+    /// include this field: the primary signature means the same with or without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cosignature: Option<Cosignature>,
+}
+
+/// The dual-sign extension (§7.3): the incoming key's signature over the primary payload.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Cosignature {
+    /// 16-hex fingerprint of the incoming key (how a consumer finds it in its trust store).
+    pub signing_key_fingerprint: String,
+    /// Ed25519 signature, 128 hex, over the same bytes as the primary `signature`.
+    pub signature: String,
+}
+
+fn is_lower_hex(s: &str, len: usize) -> bool {
+    s.len() == len && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 type HmacSha256 = Hmac<Sha256>;
@@ -125,26 +145,40 @@ type HmacSha256 = Hmac<Sha256>;
 impl Receipt {
     /// The §4.2 extended signing payload string.
     pub fn signed_bytes(&self) -> String {
-        format!(
-            "{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}",
-            self.trace_id,
-            self.verdict.as_str(),
-            format_python_float(self.timestamp),
-            self.tool,
-            self.params_hash,
-            self.rule_summary,
-            self.request_hash,
-            self.response_hash,
-            self.runtime_context_hash,
-            self.action,
-            self.config_hash,
-            self.issuer,
-            self.audience,
-            self.nonce,
-            self.sequence,
-            format_python_float(self.issued_at),
-            format_python_float(self.expires_at),
-        )
+        let mut o = String::with_capacity(768);
+        self.write_signed_bytes(&mut o);
+        o
+    }
+
+    /// Append the §4.2 payload (`:`-joined fields) to `o`.
+    fn write_signed_bytes(&self, o: &mut String) {
+        use crate::jcs::write_python_float;
+        use std::fmt::Write;
+        o.push_str(&self.trace_id);
+        o.push(':');
+        o.push_str(self.verdict.as_str());
+        o.push(':');
+        write_python_float(self.timestamp, o);
+        for part in [
+            &self.tool,
+            &self.params_hash,
+            &self.rule_summary,
+            &self.request_hash,
+            &self.response_hash,
+            &self.runtime_context_hash,
+            &self.action,
+            &self.config_hash,
+            &self.issuer,
+            &self.audience,
+            &self.nonce,
+        ] {
+            o.push(':');
+            o.push_str(part);
+        }
+        let _ = write!(o, ":{}:", self.sequence);
+        write_python_float(self.issued_at, o);
+        o.push(':');
+        write_python_float(self.expires_at, o);
     }
 
     /// L0 HMAC: first 32 hex of HMAC-SHA256(secret, signed bytes).
@@ -155,21 +189,19 @@ impl Receipt {
             Err(_) => return String::new(),
         };
         mac.update(self.signed_bytes().as_bytes());
-        hex::encode(mac.finalize().into_bytes())[..32].to_string()
+        hex::encode(&mac.finalize().into_bytes()[..16])
     }
 
     /// Constant-time check of the L0 HMAC.
     pub fn verify_hmac(&self, secret: &[u8]) -> bool {
+        let mut want = [0u8; 16];
+        if self.receipt.len() != 32 || hex::decode_to_slice(&self.receipt, &mut want).is_err() {
+            return false;
+        }
         let Ok(mut mac) = HmacSha256::new_from_slice(secret) else {
             return false;
         };
         mac.update(self.signed_bytes().as_bytes());
-        let Ok(want) = hex::decode(&self.receipt) else {
-            return false;
-        };
-        if want.len() != 16 {
-            return false;
-        }
         mac.verify_truncated_left(&want).is_ok()
     }
 
@@ -180,7 +212,8 @@ impl Receipt {
 
     /// RFC 8785 form written directly (hot path); equal to JCS of the serde value.
     fn canonical(&self, with_signature: bool) -> Result<String, EvidenceError> {
-        use crate::jcs::{format_es6, write_string, write_value, MAX_SAFE_INTEGER};
+        use crate::jcs::{write_es6, write_string, write_value, MAX_SAFE_INTEGER};
+        use std::fmt::Write;
         let mut o = String::with_capacity(1024);
         let mut first = true;
         let mut key = |o: &mut String, k: &str| {
@@ -206,14 +239,24 @@ impl Receipt {
         }
         key(&mut o, "config_hash");
         write_string(&self.config_hash, &mut o);
+        // The cosignature is part of the full receipt (receipt_hash) but not of the
+        // primary signature's payload.
+        if let (true, Some(c)) = (with_signature, &self.cosignature) {
+            key(&mut o, "cosignature");
+            o.push_str("{\"signature\":");
+            write_string(&c.signature, &mut o);
+            o.push_str(",\"signing_key_fingerprint\":");
+            write_string(&c.signing_key_fingerprint, &mut o);
+            o.push('}');
+        }
         key(&mut o, "expires_at");
-        o.push_str(&format_es6(self.expires_at)?);
+        write_es6(self.expires_at, &mut o)?;
         key(&mut o, "issued_at");
-        o.push_str(&format_es6(self.issued_at)?);
+        write_es6(self.issued_at, &mut o)?;
         key(&mut o, "issuer");
         write_string(&self.issuer, &mut o);
         key(&mut o, "max_clock_skew");
-        o.push_str(&format_es6(self.max_clock_skew)?);
+        write_es6(self.max_clock_skew, &mut o)?;
         key(&mut o, "nonce");
         write_string(&self.nonce, &mut o);
         if let Some(st) = self.outcome_status {
@@ -244,13 +287,13 @@ impl Receipt {
         if self.sequence > MAX_SAFE_INTEGER {
             return Err(EvidenceError::Canonical("sequence beyond 2^53".into()));
         }
-        o.push_str(&self.sequence.to_string());
+        let _ = write!(o, "{}", self.sequence);
         if with_signature {
             key(&mut o, "signature");
             write_string(&self.signature, &mut o);
         }
         key(&mut o, "timestamp");
-        o.push_str(&format_es6(self.timestamp)?);
+        write_es6(self.timestamp, &mut o)?;
         key(&mut o, "tool");
         write_string(&self.tool, &mut o);
         key(&mut o, "trace_id");
@@ -258,17 +301,72 @@ impl Receipt {
         key(&mut o, "verdict");
         write_string(self.verdict.as_str(), &mut o);
         key(&mut o, "verified_at");
-        o.push_str(&format_es6(self.verified_at)?);
+        write_es6(self.verified_at, &mut o)?;
         o.push('}');
         Ok(o)
     }
 
-    /// Recompute HMAC and Ed25519 signature with the given keys.
+    /// Recompute HMAC and Ed25519 signature with the given keys (single signature).
     pub fn seal(&mut self, keys: &KeyMaterial) -> Result<(), EvidenceError> {
+        self.seal_dual(keys, None)
+    }
+
+    /// Recompute HMAC and signature with `keys`; during a §7.3 overlap also cosign with
+    /// the incoming key `next` (None removes any cosignature).
+    pub fn seal_dual(
+        &mut self,
+        keys: &KeyMaterial,
+        next: Option<&KeyMaterial>,
+    ) -> Result<(), EvidenceError> {
         self.receipt = self.compute_hmac(keys.hmac_secret());
         let payload = self.signature_payload()?;
         self.signature = hex::encode(keys.sign(payload.as_bytes()).to_bytes());
+        self.cosignature = next.map(|n| Cosignature {
+            signing_key_fingerprint: n.fingerprint(),
+            signature: hex::encode(n.sign(payload.as_bytes()).to_bytes()),
+        });
         Ok(())
+    }
+
+    /// Verify the cosignature, if any, with a given key.
+    pub fn verify_cosignature(&self, pk: &VerifyingKey) -> bool {
+        match (&self.cosignature, self.signature_payload()) {
+            (Some(c), Ok(p)) => verify_sig(pk, p.as_bytes(), &c.signature),
+            _ => false,
+        }
+    }
+
+    /// Step 3 against a consumer's trust store, dual-sign aware (§7.3).
+    ///
+    /// Accepted when the primary signature or the cosignature verifies under a key the
+    /// store accepts for this issuer at `issued_at`. A cosignature is refused outright
+    /// when it is malformed, names a revoked key, or names a key the store holds (in any
+    /// other state) and does not verify under it. A cosignature naming a key the store
+    /// does not hold cannot be checked and adds nothing: acceptance then rests on the
+    /// primary signature alone (the same as if it were stripped).
+    pub fn verify_with_trust(&self, trust: &TrustStore) -> bool {
+        let Ok(payload) = self.signature_payload() else {
+            return false;
+        };
+        let msg = payload.as_bytes();
+        let mut accepted = false;
+        if let Some(c) = &self.cosignature {
+            if !is_lower_hex(&c.signing_key_fingerprint, 16) || !is_lower_hex(&c.signature, 128) {
+                return false;
+            }
+            if let Some((pk, state)) = trust.enrolled(&self.issuer, &c.signing_key_fingerprint) {
+                if state == KeyState::Revoked || !verify_sig(&pk, msg, &c.signature) {
+                    return false;
+                }
+                accepted = trust
+                    .key_for(&self.issuer, &c.signing_key_fingerprint, self.issued_at)
+                    .is_some();
+            }
+        }
+        accepted
+            || trust
+                .usable_keys(&self.issuer, self.issued_at)
+                .any(|k| verify_sig(&k, msg, &self.signature))
     }
 
     /// Verify the Ed25519 signature with a pinned public key.
@@ -342,13 +440,19 @@ mod tests {
             parent_trace_id: Some("parent".into()),
             challenge: Some(json!({"missing":["x"],"\u{20ac}":1,"a":1.5})),
             comparison_axis: Some(json!({"verdict":"UNDECIDED"})),
+            cosignature: Some(Cosignature {
+                signing_key_fingerprint: "0123456789abcdef".into(),
+                signature: "ee".repeat(64),
+            }),
         }
     }
 
     fn generic(r: &Receipt, with_sig: bool) -> String {
         let mut v = serde_json::to_value(r).unwrap();
         if !with_sig {
-            v.as_object_mut().unwrap().remove("signature");
+            let o = v.as_object_mut().unwrap();
+            o.remove("signature");
+            o.remove("cosignature");
         }
         crate::jcs::canonicalize(&v).unwrap()
     }
@@ -363,8 +467,58 @@ mod tests {
         r.parent_trace_id = None;
         r.challenge = None;
         r.comparison_axis = None;
+        r.cosignature = None;
         r.verdict = Verdict::Allow;
         assert_eq!(r.canonical(false).unwrap(), generic(&r, false));
         assert_eq!(r.canonical(true).unwrap(), generic(&r, true));
+    }
+
+    /// The pre-optimization §4.2 payload, kept as the reference.
+    fn signed_bytes_reference(r: &Receipt) -> String {
+        use crate::jcs::format_python_float as p;
+        format!(
+            "{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}",
+            r.trace_id,
+            r.verdict.as_str(),
+            p(r.timestamp),
+            r.tool,
+            r.params_hash,
+            r.rule_summary,
+            r.request_hash,
+            r.response_hash,
+            r.runtime_context_hash,
+            r.action,
+            r.config_hash,
+            r.issuer,
+            r.audience,
+            r.nonce,
+            r.sequence,
+            p(r.issued_at),
+            p(r.expires_at),
+        )
+    }
+
+    #[test]
+    fn ccs_4_2_signed_bytes_writer_equals_reference_format() {
+        let mut r = sample();
+        for (t, i, e) in [
+            (1722384000.123456, 1722384000.0, 1722384060.0),
+            (0.0, -0.0, 1e-5),
+            (1e16, 1.5e300, 123.456e-10),
+            (f64::NAN, f64::INFINITY, f64::NEG_INFINITY),
+        ] {
+            r.timestamp = t;
+            r.issued_at = i;
+            r.expires_at = e;
+            assert_eq!(r.signed_bytes(), signed_bytes_reference(&r));
+            let secret = [7u8; 32];
+            let h = r.compute_hmac(&secret);
+            assert_eq!(h.len(), 32);
+            r.receipt = h;
+            assert!(r.verify_hmac(&secret));
+            r.receipt
+                .replace_range(0..1, if r.receipt.starts_with('0') { "1" } else { "0" });
+            assert!(!r.verify_hmac(&secret));
+        }
     }
 }
