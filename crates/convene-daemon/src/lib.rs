@@ -10,6 +10,7 @@ pub mod hub;
 pub mod ipc;
 pub mod ledger;
 pub mod lines;
+pub mod listen;
 pub mod runtime;
 
 use std::net::SocketAddr;
@@ -24,7 +25,6 @@ use tokio::sync::watch;
 
 use crate::blobs::Blobs;
 use crate::home::{Home, HomeError};
-use crate::ipc::Trust;
 use crate::ledger::Ledger;
 use crate::runtime::Runtime;
 
@@ -152,14 +152,20 @@ pub async fn start(cfg: Config) -> Result<Running, DaemonError> {
     let _ = std::fs::remove_file(&sock);
     let ul = UnixListener::bind(&sock)
         .map_err(|e| DaemonError::Listen(sock.display().to_string(), e))?;
-    spawn_unix(daemon.clone(), ul);
+    let d = daemon.clone();
+    listen::unix(&daemon, ul, "ipc", move |s, t| {
+        ipc::serve_conn(d.clone(), s, t)
+    });
     let mut tcp = None;
     if let Some(addr) = &cfg.tcp {
         let tl = TcpListener::bind(addr)
             .await
             .map_err(|e| DaemonError::Listen(addr.clone(), e))?;
         tcp = tl.local_addr().ok();
-        spawn_tcp(daemon.clone(), tl, cfg.tcp_require_key);
+        let d = daemon.clone();
+        listen::tcp(&daemon, tl, cfg.tcp_require_key, "ipc", move |s, t| {
+            ipc::serve_conn(d.clone(), s, t)
+        });
     }
     // The Cowchat face: `<home>/daemon/cowchat.sock`, and TCP when asked.
     let face = cowchat::Face::new(daemon.clone());
@@ -167,14 +173,19 @@ pub async fn start(cfg: Config) -> Result<Running, DaemonError> {
     let _ = std::fs::remove_file(&cowchat_socket);
     let cl = UnixListener::bind(&cowchat_socket)
         .map_err(|e| DaemonError::Listen(cowchat_socket.display().to_string(), e))?;
-    cowchat::spawn_unix(face.clone(), cl);
+    let f = face.clone();
+    listen::unix(&daemon, cl, "cowchat", move |s, t| {
+        cowchat::serve(f.clone(), s, t)
+    });
     let mut cowchat_tcp = None;
     if let Some(addr) = &cfg.cowchat_tcp {
         let tl = TcpListener::bind(addr)
             .await
             .map_err(|e| DaemonError::Listen(addr.clone(), e))?;
         cowchat_tcp = tl.local_addr().ok();
-        cowchat::spawn_tcp(face, tl, cfg.tcp_require_key);
+        listen::tcp(&daemon, tl, cfg.tcp_require_key, "cowchat", move |s, t| {
+            cowchat::serve(face.clone(), s, t)
+        });
     }
     home.write_addr(&json!({
         "v": 1, "transport": "unix", "path": sock.display().to_string(), "host": "", "port": 0,
@@ -191,40 +202,6 @@ pub async fn start(cfg: Config) -> Result<Running, DaemonError> {
         cowchat_tcp,
         home,
     })
-}
-
-fn spawn_unix(d: Arc<Daemon>, l: UnixListener) {
-    let mut stop = d.shutdown_rx();
-    tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                r = l.accept() => match r {
-                    Ok((s, _)) => { tokio::spawn(ipc::serve_conn(d.clone(), s, Trust::Local)); }
-                    Err(e) => { tracing::warn!(error = %e, "accept failed"); tokio::time::sleep(Duration::from_millis(50)).await; }
-                },
-                _ = stop.changed() => return,
-            }
-        }
-    });
-}
-
-fn spawn_tcp(d: Arc<Daemon>, l: TcpListener, require_key: bool) {
-    let mut stop = d.shutdown_rx();
-    tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                r = l.accept() => match r {
-                    Ok((s, peer)) => {
-                        let _ = s.set_nodelay(true);
-                        let trust = if peer.ip().is_loopback() && !require_key { Trust::Local } else { Trust::Remote };
-                        tokio::spawn(ipc::serve_conn(d.clone(), s, trust));
-                    }
-                    Err(e) => { tracing::warn!(error = %e, "accept failed"); tokio::time::sleep(Duration::from_millis(50)).await; }
-                },
-                _ = stop.changed() => return,
-            }
-        }
-    });
 }
 
 impl Running {

@@ -10,12 +10,10 @@ mod rooms;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use convene_core::{CoreError, ErrorCode as Core};
 use convene_cowchat::{ErrorCode, WireError};
 use parking_lot::Mutex;
-use tokio::net::{TcpListener, UnixListener};
 
 use crate::ipc::Trust;
 use crate::Daemon;
@@ -72,40 +70,10 @@ pub(crate) fn wire(e: CoreError) -> WireError {
     WireError::new(code, e.message)
 }
 
-/// Accepts Cowchat connections on the Unix socket (local: keyless).
-pub fn spawn_unix(face: Arc<Face>, l: UnixListener) {
-    let mut stop = face.d.shutdown_rx();
-    tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                r = l.accept() => match r {
-                    Ok((s, _)) => { tokio::spawn(conn::serve(face.clone(), s, Trust::Local)); }
-                    Err(e) => { tracing::warn!(error = %e, "cowchat accept failed"); tokio::time::sleep(Duration::from_millis(50)).await; }
-                },
-                _ = stop.changed() => return,
-            }
-        }
-    });
-}
-
-/// Accepts Cowchat connections on TCP: loopback peers are local (keyless) unless
-/// `require_key`; others must register with the daemon's API key.
-pub fn spawn_tcp(face: Arc<Face>, l: TcpListener, require_key: bool) {
-    let mut stop = face.d.shutdown_rx();
-    tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                r = l.accept() => match r {
-                    Ok((s, peer)) => {
-                        // Small frames, request/response: Nagle + delayed ACK would add 40 ms.
-                        let _ = s.set_nodelay(true);
-                        let trust = if peer.ip().is_loopback() && !require_key { Trust::Local } else { Trust::Remote };
-                        tokio::spawn(conn::serve(face.clone(), s, trust));
-                    }
-                    Err(e) => { tracing::warn!(error = %e, "cowchat accept failed"); tokio::time::sleep(Duration::from_millis(50)).await; }
-                },
-                _ = stop.changed() => return,
-            }
-        }
-    });
+/// Serves one Cowchat connection (the accept loops are in `crate::listen`).
+pub async fn serve<S>(face: Arc<Face>, s: S, trust: Trust)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    conn::serve(face, s, trust).await
 }
