@@ -96,6 +96,18 @@ pub fn expand(group: &Group, to: &[String]) -> Vec<String> {
     out
 }
 
+/// The stored `to` tokens of a message's `data` (empty when absent or malformed).
+pub fn recipients_of(data: &serde_json::Value) -> Vec<String> {
+    data.get("to")
+        .and_then(serde_json::Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// True when `actor_id` is a recipient of `to` in `group`.
 pub fn addresses(group: &Group, to: &[String], actor_id: &str) -> bool {
     expand(group, to).iter().any(|x| x == actor_id)

@@ -67,6 +67,38 @@ fn kinds_clause(kinds: &[String], first_param: usize) -> String {
     format!(" AND kind IN ({})", ph.join(","))
 }
 
+/// An exclusive upper `seq` bound: 0 means "from the end".
+fn upper(before: u64) -> i64 {
+    if before == 0 {
+        i64::MAX
+    } else {
+        before as i64
+    }
+}
+
+/// `SELECT … WHERE filter [AND kind IN (…)] ORDER BY seq {order} LIMIT n`, where `filter`
+/// uses `?1..?k` for the `k` values in `params`; the limit and kinds are bound after them.
+fn select(
+    c: &Connection,
+    filter: &str,
+    order: &str,
+    mut params: Vec<rusqlite::types::Value>,
+    limit: usize,
+    kinds: &[String],
+) -> Result<Vec<RawEvent>> {
+    let n = params.len();
+    let sql = format!(
+        "SELECT {COLS} FROM events WHERE {filter}{} ORDER BY seq {order} LIMIT ?{}",
+        kinds_clause(kinds, n + 2),
+        n + 1
+    );
+    params.push((limit as i64).into());
+    params.extend(kinds.iter().map(|k| k.clone().into()));
+    let mut st = c.prepare_cached(&sql)?;
+    let rows = st.query_map(params_from_iter(params), row)?;
+    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+}
+
 impl Readers {
     pub(crate) fn new(conns: Vec<Connection>) -> Self {
         let path = conns.first().and_then(|c| c.path().map(PathBuf::from));
@@ -110,14 +142,8 @@ impl Readers {
         limit: usize,
         kinds: &[String],
     ) -> Result<Vec<RawEvent>> {
-        self.with(|c| {
-            let sql = format!("SELECT {COLS} FROM events WHERE group_id = ?1 AND seq > ?2{} ORDER BY seq LIMIT ?3", kinds_clause(kinds, 4));
-            let mut st = c.prepare_cached(&sql)?;
-            let mut p: Vec<rusqlite::types::Value> = vec![group_id.to_string().into(), (after as i64).into(), (limit as i64).into()];
-            p.extend(kinds.iter().map(|k| k.clone().into()));
-            let rows = st.query_map(params_from_iter(p), row)?;
-            Ok(rows.collect::<Result<Vec<_>, _>>()?)
-        })
+        let p = vec![group_id.to_string().into(), (after as i64).into()];
+        self.with(|c| select(c, "group_id = ?1 AND seq > ?2", "ASC", p, limit, kinds))
     }
 
     /// Events with `seq < before` (0 = from the end), newest page first, returned ascending.
@@ -128,17 +154,11 @@ impl Readers {
         limit: usize,
         kinds: &[String],
     ) -> Result<Vec<RawEvent>> {
-        self.with(|c| {
-            let before = if before == 0 { i64::MAX } else { before as i64 };
-            let sql = format!("SELECT {COLS} FROM events WHERE group_id = ?1 AND seq < ?2{} ORDER BY seq DESC LIMIT ?3", kinds_clause(kinds, 4));
-            let mut st = c.prepare_cached(&sql)?;
-            let mut p: Vec<rusqlite::types::Value> = vec![group_id.to_string().into(), before.into(), (limit as i64).into()];
-            p.extend(kinds.iter().map(|k| k.clone().into()));
-            let rows = st.query_map(params_from_iter(p), row)?;
-            let mut v = rows.collect::<Result<Vec<_>, _>>()?;
-            v.reverse();
-            Ok(v)
-        })
+        let p = vec![group_id.to_string().into(), upper(before).into()];
+        let mut v =
+            self.with(|c| select(c, "group_id = ?1 AND seq < ?2", "DESC", p, limit, kinds))?;
+        v.reverse();
+        Ok(v)
     }
 
     /// Events whose text or JSON contains `query` (case-insensitive), before `before`.
@@ -150,20 +170,15 @@ impl Readers {
         limit: usize,
         kinds: &[String],
     ) -> Result<Vec<RawEvent>> {
-        self.with(|c| {
-            let before = if before == 0 { i64::MAX } else { before as i64 };
-            let sql = format!(
-                "SELECT {COLS} FROM events WHERE group_id = ?1 AND seq < ?2 AND instr(lower(json), lower(?4)) > 0{} ORDER BY seq DESC LIMIT ?3",
-                kinds_clause(kinds, 5)
-            );
-            let mut st = c.prepare_cached(&sql)?;
-            let mut p: Vec<rusqlite::types::Value> = vec![group_id.to_string().into(), before.into(), (limit as i64).into(), query.to_string().into()];
-            p.extend(kinds.iter().map(|k| k.clone().into()));
-            let rows = st.query_map(params_from_iter(p), row)?;
-            let mut v = rows.collect::<Result<Vec<_>, _>>()?;
-            v.reverse();
-            Ok(v)
-        })
+        let p = vec![
+            group_id.to_string().into(),
+            upper(before).into(),
+            query.to_string().into(),
+        ];
+        let filter = "group_id = ?1 AND seq < ?2 AND instr(lower(json), lower(?3)) > 0";
+        let mut v = self.with(|c| select(c, filter, "DESC", p, limit, kinds))?;
+        v.reverse();
+        Ok(v)
     }
 
     /// One event by id.

@@ -35,22 +35,12 @@ pub fn delivery_targets(group: &crate::model::Group, ev: &Event) -> Vec<String> 
         Some("send") | Some("request_reply") => {}
         _ => return Vec::new(),
     }
-    let to = string_array(ev.data.get("to"));
+    let to = routing::recipients_of(&ev.data);
     routing::expand(group, &to)
         .into_iter()
         .filter(|a| a != routing::USER && a != &ev.by)
         .filter(|a| group.actor(a).map(|x| x.enabled).unwrap_or(false))
         .collect()
-}
-
-fn string_array(v: Option<&Value>) -> Vec<String> {
-    v.and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|x| x.as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 fn check_objects(items: &[Value], field: &str, needs_path: bool) -> Result<(), CoreError> {
@@ -252,7 +242,7 @@ pub(super) fn project_message(ctx: &mut Ctx<'_>, ev: &Event) -> Result<(), CoreE
     let Some(g) = ctx.groups.get(&ev.group_id) else {
         return Ok(());
     };
-    let to = string_array(ev.data.get("to"));
+    let to = routing::recipients_of(&ev.data);
     let recipients: Vec<String> = routing::expand(g, &to)
         .into_iter()
         .filter(|r| r != &ev.by)

@@ -148,16 +148,7 @@ pub(super) async fn deliver(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
     {
         let eng = d.ledger.engine();
         let g = eng.group(&gid).ok_or_else(|| CoreError::no_group(&gid))?;
-        let to: Vec<String> = ev
-            .data
-            .get("to")
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(|x| x.as_str().map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let to = convene_core::routing::recipients_of(&ev.data);
         for actor in &actors {
             if g.actor(actor).is_none() {
                 return Err(CoreError::no_actor(actor));
@@ -306,14 +297,7 @@ pub(super) fn history(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
         for r in page.iter().rev() {
             let v = raw_value(&r.json);
             let data = &v["data"];
-            let to: Vec<String> = data["to"]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|x| x.as_str().map(str::to_string))
-                        .collect()
-                })
-                .unwrap_or_default();
+            let to = convene_core::routing::recipients_of(data);
             let visible = r.by == actor
                 || actor == "user" && to.iter().any(|t| t == "user")
                 || convene_core::routing::addresses(&group, &to, &actor);

@@ -194,14 +194,7 @@ pub(super) fn statuses(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
             continue;
         }
         let v = raw_value(&raw.json);
-        let to: Vec<String> = v["data"]["to"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|x| x.as_str().map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let to = convene_core::routing::recipients_of(&v["data"]);
         let mode = v["data"]["message_mode"]
             .as_str()
             .unwrap_or("send")
