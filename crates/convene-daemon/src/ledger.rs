@@ -170,6 +170,36 @@ impl Ledger {
         &self.readers
     }
 
+    /// The next committed events of a group after `cursor` (at most `max`): from the hub's
+    /// memory buffer, or from the store when the subscriber fell behind it. Empty when the
+    /// subscriber is caught up. Every face's subscriptions page through this.
+    pub async fn page_after(
+        &self,
+        feed: &crate::hub::Feed,
+        group_id: &str,
+        cursor: u64,
+        max: usize,
+    ) -> Result<Vec<Arc<FeedEvent>>, CoreError> {
+        if let Some(evs) = feed.after(cursor, max) {
+            return Ok(evs);
+        }
+        let (readers, gid) = (self.readers.clone(), group_id.to_string());
+        let page =
+            tokio::task::spawn_blocking(move || readers.events_after(&gid, cursor, max, &[]))
+                .await
+                .map_err(|e| CoreError::new(convene_core::ErrorCode::Internal, e.to_string()))??;
+        Ok(page
+            .into_iter()
+            .map(|r| {
+                Arc::new(FeedEvent {
+                    seq: r.seq,
+                    kind: r.kind,
+                    json: r.json,
+                })
+            })
+            .collect())
+    }
+
     /// The subscriber hub.
     pub fn hub(&self) -> &Arc<Hub> {
         &self.hub

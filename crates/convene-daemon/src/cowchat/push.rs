@@ -70,28 +70,18 @@ async fn run(
     let mut head_rx = feed.subscribe();
     loop {
         loop {
-            // (seq, stored JSON) of the next page, memory first.
-            let page: Vec<(u64, String)> = match feed.after(cursor, PAGE) {
-                Some(evs) => evs.iter().map(|e| (e.seq, e.json.clone())).collect(),
-                None => {
-                    let readers = face.d.ledger.readers().clone();
-                    let g = gid.to_string();
-                    let c = cursor;
-                    tokio::task::spawn_blocking(move || readers.events_after(&g, c, PAGE, &[]))
-                        .await
-                        .map_err(|e| e.to_string())?
-                        .map_err(|e| e.to_string())?
-                        .into_iter()
-                        .map(|r| (r.seq, r.json))
-                        .collect()
-                }
-            };
+            let page = face
+                .d
+                .ledger
+                .page_after(&feed, gid, cursor, PAGE)
+                .await
+                .map_err(|e| e.to_string())?;
             if page.is_empty() {
                 break;
             }
-            for (seq, json) in page {
-                cursor = seq;
-                let Ok(e) = serde_json::from_str::<Event>(&json) else {
+            for fe in page {
+                cursor = fe.seq;
+                let Ok(e) = serde_json::from_str::<Event>(&fe.json) else {
                     continue;
                 };
                 // The agent left (maybe through another of its connections): stop here, so a

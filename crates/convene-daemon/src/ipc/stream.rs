@@ -112,41 +112,20 @@ where
     loop {
         // Catch up: memory buffer first, store when the buffer no longer reaches back.
         loop {
-            let mut out = Vec::new();
-            let mut last = cursor;
-            match feed.after(cursor, PAGE) {
-                Some(evs) if !evs.is_empty() => {
-                    for e in evs {
-                        last = e.seq;
-                        if p.kinds.is_empty() || p.kinds.contains(&e.kind) {
-                            out.push(convene_ipc::event_line(&e.json));
-                        }
-                    }
-                }
-                Some(_) => break,
-                None => {
-                    let gid = p.group_id.clone();
-                    let readers = d.ledger.readers().clone();
-                    let page = tokio::task::spawn_blocking(move || {
-                        readers.events_after(&gid, cursor, PAGE, &[])
-                    })
-                    .await
-                    .map_err(std::io::Error::other)?
-                    .map_err(std::io::Error::other)?;
-                    if page.is_empty() {
-                        break;
-                    }
-                    for e in page {
-                        last = e.seq;
-                        if p.kinds.is_empty() || p.kinds.contains(&e.kind) {
-                            out.push(convene_ipc::event_line(&e.json));
-                        }
-                    }
-                }
-            }
+            let page = d
+                .ledger
+                .page_after(&feed, &p.group_id, cursor, PAGE)
+                .await
+                .map_err(std::io::Error::other)?;
+            let Some(last) = page.last().map(|e| e.seq) else {
+                break;
+            };
             cursor = last;
-            for line in out {
-                w.write_all(&line).await?;
+            for e in page
+                .iter()
+                .filter(|e| p.kinds.is_empty() || p.kinds.contains(&e.kind))
+            {
+                w.write_all(&convene_ipc::event_line(&e.json)).await?;
                 sent += 1;
                 if p.limit.map(|l| sent >= l).unwrap_or(false) {
                     return w.flush().await;
