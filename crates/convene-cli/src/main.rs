@@ -43,6 +43,11 @@ enum Cmd {
         /// register with the API key.
         #[arg(long)]
         cowchat_tcp: Option<String>,
+        /// Also serve Cowchat v2 over WebSocket at ws://ADDR/ws (e.g. 127.0.0.1:9230).
+        /// Non-loopback peers and browser pages (requests with Origin) must register with
+        /// the API key.
+        #[arg(long)]
+        cowchat_ws: Option<String>,
     },
     /// Daemon status.
     Status,
@@ -112,11 +117,13 @@ fn main() -> Result<()> {
             require_key,
             heartbeat_ms,
             cowchat_tcp,
+            cowchat_ws,
         } => {
             let mut cfg = convene_daemon::Config::new(home);
             cfg.tcp = tcp;
             cfg.tcp_require_key = require_key;
             cfg.cowchat_tcp = cowchat_tcp;
+            cfg.cowchat_ws = cowchat_ws;
             cfg.heartbeat = Duration::from_millis(heartbeat_ms.max(10));
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

@@ -92,9 +92,19 @@ impl Home {
         Ok(key)
     }
 
+    /// The Cowchat endpoint file (`{unix, tcp, ws}`).
+    pub fn cowchat_addr_file(&self) -> PathBuf {
+        self.root.join("daemon").join("cowchat.addr.json")
+    }
+
     /// Writes the endpoint file atomically.
     pub fn write_addr(&self, doc: &serde_json::Value) -> Result<(), HomeError> {
-        let p = self.addr_file();
+        self.write_json(&self.addr_file(), doc)
+    }
+
+    /// Writes a JSON file atomically (temporary file, then rename).
+    pub fn write_json(&self, p: &Path, doc: &serde_json::Value) -> Result<(), HomeError> {
+        let p = p.to_path_buf();
         let tmp = p.with_extension("json.tmp");
         let body = serde_json::to_vec_pretty(doc).unwrap_or_default();
         std::fs::write(&tmp, body)

@@ -12,6 +12,7 @@ pub mod ledger;
 pub mod lines;
 pub mod listen;
 pub mod runtime;
+pub mod ws;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -47,6 +48,8 @@ pub struct Config {
     pub max_request_bytes: usize,
     /// Also serve Cowchat v2 on this TCP address (e.g. 127.0.0.1:9229).
     pub cowchat_tcp: Option<String>,
+    /// Also serve Cowchat v2 over WebSocket (`ws://ADDR/ws`) on this TCP address.
+    pub cowchat_ws: Option<String>,
 }
 
 impl Config {
@@ -61,6 +64,7 @@ impl Config {
             command_timeout: Duration::from_secs(30),
             max_request_bytes: convene_ipc::MAX_REQUEST_BYTES,
             cowchat_tcp: None,
+            cowchat_ws: None,
         }
     }
 }
@@ -122,6 +126,8 @@ pub struct Running {
     pub cowchat_socket: PathBuf,
     /// Bound Cowchat TCP address, if any.
     pub cowchat_tcp: Option<SocketAddr>,
+    /// Bound Cowchat WebSocket address, if any (served at `/ws`).
+    pub cowchat_ws: Option<SocketAddr>,
     home: Home,
 }
 
@@ -183,23 +189,49 @@ pub async fn start(cfg: Config) -> Result<Running, DaemonError> {
             .await
             .map_err(|e| DaemonError::Listen(addr.clone(), e))?;
         cowchat_tcp = tl.local_addr().ok();
+        let f = face.clone();
         listen::tcp(&daemon, tl, cfg.tcp_require_key, "cowchat", move |s, t| {
-            cowchat::serve(face.clone(), s, t)
+            cowchat::serve(f.clone(), s, t)
         });
     }
+    let mut cowchat_ws = None;
+    if let Some(addr) = &cfg.cowchat_ws {
+        let tl = TcpListener::bind(addr)
+            .await
+            .map_err(|e| DaemonError::Listen(addr.clone(), e))?;
+        cowchat_ws = tl.local_addr().ok();
+        let d = daemon.clone();
+        listen::tcp(
+            &daemon,
+            tl,
+            cfg.tcp_require_key,
+            "cowchat-ws",
+            move |s, t| ws::serve(d.clone(), face.clone(), s, t),
+        );
+    }
+    // Where the Cowchat listeners ended up (tests bind port 0 and read it here).
+    home.write_json(
+        &home.cowchat_addr_file(),
+        &json!({
+            "unix": cowchat_socket.display().to_string(),
+            "tcp": cowchat_tcp.map(|a| a.to_string()),
+            "ws": cowchat_ws.map(|a| format!("ws://{a}{}", ws::PATH)),
+        }),
+    )?;
     home.write_addr(&json!({
         "v": 1, "transport": "unix", "path": sock.display().to_string(), "host": "", "port": 0,
         "tcp": tcp.map(|a| a.to_string()),
         "pid": std::process::id(), "version": env!("CARGO_PKG_VERSION"), "implementation": "convene",
         "ts": convene_core::event::format_ts(time::OffsetDateTime::now_utc()),
     }))?;
-    tracing::info!(home = %home.root.display(), socket = %sock.display(), tcp = ?tcp, cowchat_tcp = ?cowchat_tcp, "convene daemon ready");
+    tracing::info!(home = %home.root.display(), socket = %sock.display(), tcp = ?tcp, cowchat_tcp = ?cowchat_tcp, cowchat_ws = ?cowchat_ws, "convene daemon ready");
     Ok(Running {
         daemon,
         socket: sock,
         tcp,
         cowchat_socket,
         cowchat_tcp,
+        cowchat_ws,
         home,
     })
 }
@@ -227,6 +259,7 @@ impl Running {
         tokio::time::sleep(Duration::from_millis(50)).await;
         self.home.cleanup();
         let _ = std::fs::remove_file(&self.cowchat_socket);
+        let _ = std::fs::remove_file(self.home.cowchat_addr_file());
         tracing::info!("convene daemon stopped");
     }
 }
