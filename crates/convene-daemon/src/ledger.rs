@@ -77,7 +77,9 @@ impl Ledger {
         let groups = writer.load_groups()?;
         let mut engine = Engine::new(groups, limits);
         settle_claims(&mut writer, &mut engine)?;
-        let readers = Arc::new(convene_store::open_readers(db, 4)?);
+        // One read connection up front; more open on demand when reads overlap, and the pool
+        // keeps them (an idle daemon pays for one page cache and one parsed schema, not four).
+        let readers = Arc::new(convene_store::open_readers(db, 1)?);
         let alive = Arc::new(std::sync::atomic::AtomicBool::new(true));
         convene_store::spawn_checkpointer(
             db,

@@ -87,19 +87,23 @@ pub fn spawn_checkpointer(
     Ok(())
 }
 
-/// Opens `n` read-only connections to the database.
+/// Opens `n` read-only connections to the database (the pool opens more when reads overlap).
 pub fn open_readers(path: &Path, n: usize) -> Result<Readers> {
-    let mut conns = Vec::with_capacity(n);
-    for _ in 0..n.max(1) {
-        let c = Connection::open_with_flags(
-            path,
-            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )?;
-        c.busy_timeout(std::time::Duration::from_secs(10))?;
-        c.set_prepared_statement_cache_capacity(64);
-        conns.push(c);
-    }
+    let conns = (0..n.max(1))
+        .map(|_| open_reader(path))
+        .collect::<Result<Vec<_>>>()?;
     Ok(Readers::new(conns))
+}
+
+/// One read-only connection, configured like every pooled one.
+pub(crate) fn open_reader(path: &Path) -> Result<Connection> {
+    let c = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    c.busy_timeout(std::time::Duration::from_secs(10))?;
+    c.set_prepared_statement_cache_capacity(64);
+    Ok(c)
 }
 
 fn migrate(conn: &Connection) -> Result<()> {

@@ -115,15 +115,9 @@ impl Readers {
             None => {
                 let p = self
                     .path
-                    .clone()
+                    .as_deref()
                     .ok_or_else(|| StoreError::Corrupt("no database path".into()))?;
-                let c = Connection::open_with_flags(
-                    p,
-                    rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY
-                        | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
-                )?;
-                c.busy_timeout(std::time::Duration::from_secs(10))?;
-                c
+                crate::open_reader(p)?
             }
         };
         let out = f(&conn);
