@@ -169,10 +169,9 @@ async fn bridge(stop: watch::Receiver<bool>, face: Arc<Face>, ws: Ws, trust: Tru
     let (ours, theirs) = tokio::io::duplex(PIPE);
     tokio::spawn(crate::cowchat::serve(face, theirs, trust));
     let (rd, wr) = tokio::io::split(ours);
-    let (sink, stream) = ws.split();
+    let (mut sink, stream) = ws.split();
     let (fatal_tx, fatal_rx) = oneshot::channel();
     let mut inbound = tokio::spawn(pump_in(stream, wr, fatal_tx));
-    let mut sink = sink;
     let close = pump_out(&mut sink, rd, fatal_rx).await;
     let fatal = close.is_some();
     let close = match close {
