@@ -49,6 +49,8 @@ pub struct Config {
     pub cowchat_tcp: Option<String>,
     /// Per-key limits of the Cowchat face.
     pub cowchat_limits: cowchat::Limits,
+    /// Cowchat reconnect window.
+    pub cowchat_reconnect: Duration,
 }
 
 impl Config {
@@ -64,6 +66,7 @@ impl Config {
             max_request_bytes: convene_ipc::MAX_REQUEST_BYTES,
             cowchat_tcp: None,
             cowchat_limits: cowchat::Limits::default(),
+            cowchat_reconnect: cowchat::RECONNECT_WINDOW,
         }
     }
 }
@@ -157,6 +160,7 @@ pub async fn start(cfg: Config) -> Result<Running, DaemonError> {
         cowchat::FaceConfig {
             home: home.root.clone(),
             limits: cfg.cowchat_limits,
+            reconnect_window: cfg.cowchat_reconnect,
         },
     )
     .await;

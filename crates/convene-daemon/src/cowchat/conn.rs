@@ -37,9 +37,15 @@ const IO_BUF: usize = 16 * 1024;
 const MAX_INFLIGHT: u32 = 256;
 
 /// The connection's outbound side, shared by the reader, heartbeat and push tasks.
+/// A queued line, and the push cursor to advance once it is written to the socket.
+type Line = (Vec<u8>, Option<(Arc<AtomicU64>, u64)>);
+
 pub(super) struct Outbox {
-    tx: mpsc::Sender<Vec<u8>>,
+    tx: mpsc::Sender<Line>,
     n: AtomicU64,
+    /// room id → how far this connection's push task has pushed (read by a reconnect that
+    /// arrives before this connection's close was noticed).
+    pub cursors: parking_lot::Mutex<HashMap<String, Arc<AtomicU64>>>,
 }
 
 impl Outbox {
@@ -50,7 +56,7 @@ impl Outbox {
 
     /// Queues a line; false when the connection is gone.
     pub(super) async fn send(&self, line: Vec<u8>) -> bool {
-        self.tx.send(line).await.is_ok()
+        self.tx.send((line, None)).await.is_ok()
     }
 
     /// Queues a frame of `ftype` answering `reply_to` (or unsolicited).
@@ -81,7 +87,7 @@ impl Outbox {
             payload,
         }
         .to_line();
-        let _ = self.tx.try_send(line);
+        let _ = self.tx.try_send((line, None));
     }
 
     /// Queues a frame whose payload is already serialized JSON (large answers).
@@ -96,6 +102,28 @@ impl Outbox {
             &id, ftype, reply_to, payload,
         ))
         .await
+    }
+
+    /// Queues a push whose delivery moves `cursor` to `seq` once written: a reconnect
+    /// replays from what reached the socket, not from what was merely queued.
+    pub(super) async fn push_tracked(
+        &self,
+        ftype: &str,
+        payload: &[u8],
+        ack: Option<(Arc<AtomicU64>, u64)>,
+    ) -> bool {
+        let id = self.next_id();
+        let line = convene_cowchat::frame::raw_line(&id, ftype, None, payload);
+        self.tx.send((line, ack)).await.is_ok()
+    }
+
+    /// Moves `cursor` to `seq` once everything queued before is written (a page of events
+    /// with nothing for this agent still moves its replay point).
+    pub(super) async fn ack(&self, cursor: Arc<AtomicU64>, seq: u64) -> bool {
+        self.tx
+            .send((Vec::new(), Some((cursor, seq))))
+            .await
+            .is_ok()
     }
 
     /// Queues an error frame.
@@ -168,6 +196,7 @@ impl Session {
         if let Some(s) = self.subs.remove(room_id) {
             s.handle.abort();
         }
+        self.out.cursors.lock().remove(room_id);
     }
 
     /// The registered agent's id ("" before `register`).
@@ -190,6 +219,7 @@ where
     let out = Arc::new(Outbox {
         tx,
         n: AtomicU64::new(0),
+        cursors: parking_lot::Mutex::new(HashMap::new()),
     });
     let (close_tx, mut close_rx) = watch::channel(false);
     let close_tx = Arc::new(close_tx);
@@ -277,20 +307,27 @@ where
 
 async fn write_loop<W: AsyncWrite + Unpin>(
     mut w: BufWriter<W>,
-    mut rx: mpsc::Receiver<Vec<u8>>,
+    mut rx: mpsc::Receiver<Line>,
     close: Arc<watch::Sender<bool>>,
 ) {
+    let mut acks = Vec::new();
     while let Some(first) = rx.recv().await {
         let batch = async {
-            w.write_all(&first).await?;
+            w.write_all(&first.0).await?;
+            acks.extend(first.1);
             // Coalesce whatever is already queued into one flush.
             while let Ok(more) = rx.try_recv() {
-                w.write_all(&more).await?;
+                w.write_all(&more.0).await?;
+                acks.extend(more.1);
             }
             w.flush().await
         };
         match tokio::time::timeout(WRITE_STALL, batch).await {
-            Ok(Ok(())) => {}
+            Ok(Ok(())) => {
+                for (cursor, seq) in acks.drain(..) {
+                    cursor.fetch_max(seq, Ordering::Relaxed);
+                }
+            }
             _ => break,
         }
     }

@@ -40,8 +40,9 @@ pub(crate) const RUNTIME: &str = "cowchat";
 /// Event kind of a thinking pulse: persisted, in history, never a `chat.message` (so it
 /// neither wakes `wait` nor lands in CCCS inboxes).
 pub(crate) const THINKING_KIND: &str = "x.cowchat.thinking";
-/// How long a disconnected agent keeps its memberships and its replay cursors.
-pub(crate) const RECONNECT_WINDOW: Duration = Duration::from_secs(120);
+/// How long a disconnected agent keeps its memberships and its replay cursors (the
+/// specification's window; `serve --cowchat-reconnect-secs` changes it, for tests).
+pub const RECONNECT_WINDOW: Duration = Duration::from_secs(120);
 
 /// Settings of the face.
 #[derive(Debug, Clone)]
@@ -50,6 +51,8 @@ pub struct FaceConfig {
     pub home: PathBuf,
     /// Per-key limits.
     pub limits: Limits,
+    /// How long a disconnected agent keeps its rooms and replay cursors.
+    pub reconnect_window: Duration,
 }
 
 /// Daemon-wide state of the face.

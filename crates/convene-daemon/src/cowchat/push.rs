@@ -115,7 +115,7 @@ async fn run(
     out: &Outbox,
     gid: &str,
     me: &str,
-    cursor: &AtomicU64,
+    cursor: &Arc<AtomicU64>,
 ) -> Result<(), String> {
     let hub = face.d.ledger.hub();
     let mut at = cursor.load(Ordering::Relaxed);
@@ -133,24 +133,28 @@ async fn run(
                 break;
             }
             for fe in page {
+                at = fe.seq;
                 let Some(e) = Stored::parse(&fe.json) else {
-                    at = fe.seq;
-                    cursor.store(at, Ordering::Relaxed);
                     continue;
                 };
                 // The agent left (maybe through another of its connections): stop here, so a
                 // non-member never sees the room's later messages.
                 if e.kind == kinds::ACTOR_REMOVE && e.actor().map(|a| a.0) == Some(me) {
-                    cursor.store(fe.seq, Ordering::Relaxed);
+                    cursor.fetch_max(at, Ordering::Relaxed);
                     return Ok(());
                 }
-                for (t, p) in pushes_of(&e, me) {
-                    if !out.frame_raw(t, None, &p).await {
+                let frames = pushes_of(&e, me);
+                let n = frames.len();
+                for (i, (t, p)) in frames.into_iter().enumerate() {
+                    // The event counts as delivered when its last frame is written.
+                    let ack = (i + 1 == n).then(|| (cursor.clone(), at));
+                    if !out.push_tracked(t, &p, ack).await {
                         return Ok(());
                     }
                 }
-                at = fe.seq;
-                cursor.store(at, Ordering::Relaxed);
+            }
+            if cursor.load(Ordering::Relaxed) < at && !out.ack(cursor.clone(), at).await {
+                return Ok(());
             }
         }
         if head_rx.changed().await.is_err() {
