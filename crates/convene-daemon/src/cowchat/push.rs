@@ -1,6 +1,7 @@
 //! Pushes for one joined room, derived from the ledger in its order: `message_received`,
-//! `mention`, `thinking`, `decision_made`, `agent_joined`, `agent_left` (and the
-//! coordination events of `coord`).
+//! `mention`, `thinking`, `decision_made`, `agent_joined`, `agent_left`, and the
+//! coordination events of `coord` (`vote_created`, `vote_result`, `election_started`,
+//! `leader_elected`, `leader_cleared`, `task_assigned`, `task_updated`; never ballots).
 //!
 //! Cursor-based exactly like `events_stream`: read `seq > cursor` from the hub's memory
 //! buffer, or from the store when the buffer no longer reaches back, then wait for the
@@ -143,6 +144,13 @@ async fn run(
                 if e.kind == kinds::ACTOR_REMOVE && e.actor().map(|a| a.0) == Some(me) {
                     cursor.store(fe.seq, Ordering::Relaxed);
                     return Ok(());
+                }
+                if e.kind.starts_with("x.cowchat.") && !e.is_thinking() {
+                    if let Some((t, p)) = super::coord::push_of(&fe.json, me) {
+                        if !out.frame_raw(t, None, &p).await {
+                            return Ok(());
+                        }
+                    }
                 }
                 for (t, p) in pushes_of(&e, me) {
                     if !out.frame_raw(t, None, &p).await {
