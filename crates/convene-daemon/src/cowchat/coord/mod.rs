@@ -117,12 +117,16 @@ pub(super) async fn start(face: &Arc<Face>) {
     };
     let readers = face.d.ledger.readers().clone();
     let kinds: Vec<String> = state::KINDS.iter().map(|k| k.to_string()).collect();
+    let t0 = std::time::Instant::now();
+    let n_rooms = rooms.len();
     let read = super::messages::blocking(move || {
         let mut st = State::default();
+        let mut n = 0usize;
         for gid in &rooms {
             let mut at = 0;
             loop {
                 let page = readers.events_after(gid, at, PAGE, &kinds)?;
+                n += page.len();
                 for e in &page {
                     if let Ok(v) = serde_json::from_str::<Value>(&e.json) {
                         let data = v.get("data").cloned().unwrap_or(Value::Null);
@@ -135,11 +139,19 @@ pub(super) async fn start(face: &Arc<Face>) {
                 }
             }
         }
-        Ok(st)
+        Ok((st, n))
     })
     .await;
     match read {
-        Ok(st) => *face.coord.state.lock() = st,
+        Ok((st, n)) => {
+            tracing::info!(
+                rooms = n_rooms,
+                events = n,
+                ms = t0.elapsed().as_millis() as u64,
+                "cowchat: votes, elections and tasks rebuilt from the ledger"
+            );
+            *face.coord.state.lock() = st;
+        }
         Err(e) => {
             tracing::warn!(error = %e, "cowchat: could not rebuild votes, elections and tasks");
             return;
