@@ -167,6 +167,8 @@ pub(in super::super) async fn decision(
     d.validate()?;
     messages::check_post(s, &d.room_id, &d.content)?;
     let (me, name) = who(s);
+    // `leader_elected` may have reached the leader before its event was folded.
+    let _settled = s.face.coord.write.lock().await;
     let leads = s
         .face
         .coord

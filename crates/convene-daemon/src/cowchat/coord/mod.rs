@@ -3,7 +3,8 @@
 //! Everything durable is an `x.cowchat.*` ledger event in the room's group (see
 //! [`state`] for the kinds); [`State`] is their in-memory projection, rebuilt from the store
 //! at startup and updated after each append. Writes go through one lock, so a check and the
-//! append it guards are atomic (no double ballot, no two elections). Timers (vote deadlines,
+//! append it guards are atomic (no double ballot, no two elections); reads take it too,
+//! because a push can reach a client before the event it shows is folded. Timers (vote deadlines,
 //! the election window) are tokio tasks; at startup a deadline or window that passed while
 //! the daemon was down is settled at once. Pushes come from the ledger (see [`push_of`]).
 

@@ -93,6 +93,7 @@ pub(in super::super) async fn list_tasks(
         }
     }
     check_member(&s.face, &l.room_id, s.me())?;
+    let _settled = s.face.coord.write.lock().await;
     let st = s.face.coord.state.lock();
     let tasks: Vec<Value> = st
         .room_tasks

@@ -141,6 +141,8 @@ pub(in super::super) async fn get_vote_status(
     payload: Map<String, Value>,
 ) -> Result<Value, WireError> {
     let r: VoteRef = parse(payload)?;
+    // A push of this vote may have overtaken the fold of its event: wait for writes.
+    let _settled = s.face.coord.write.lock().await;
     let v = vote(&s.face, &r.vote_id)?;
     check_member(&s.face, &v.room_id, s.me())?;
     Ok(v.status_value())
@@ -154,6 +156,7 @@ pub(in super::super) async fn list_votes(
     let l: ListVotes = parse(payload)?;
     check_member(&s.face, &l.room_id, s.me())?;
     let limit = l.limit.unwrap_or(DEFAULT_LIST).clamp(1, MAX_LIST) as usize;
+    let _settled = s.face.coord.write.lock().await;
     let st = s.face.coord.state.lock();
     let votes: Vec<Value> = st
         .room_votes
