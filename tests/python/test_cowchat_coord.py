@@ -35,6 +35,17 @@ def ledger(cow, room: str) -> list[dict]:
     return [l["event"] for l in lines[1:] if l.get("t") == "event"]
 
 
+def wait_closed(c: CC, vote_id: str, timeout: float = 15.0) -> dict:
+    """The vote's status once it is closed (polls; the close runs on the daemon's timers)."""
+    deadline = time.time() + timeout
+    while True:
+        st = c.ok("get_vote_status", {"vote_id": vote_id})
+        if st["status"] == "closed" or time.time() > deadline:
+            assert st["status"] == "closed", st
+            return st
+        time.sleep(0.05)
+
+
 def pair(cow, room_name: str = "room"):
     a, b = CC(cow.cowchat_unix), CC(cow.cowchat_tcp)
     aid, bid = a.register("alice", agent_id="alice"), b.register("bob", agent_id="bob")
@@ -91,22 +102,24 @@ def test_deadline_vote_survives_kill_9_and_is_revealed_after_restart(home):
         v = a.ok("create_vote", {"room_id": room, "title": "Ship?", "options": ["yes", "no"], "duration_secs": 2})
         assert v["deadline"]
         b.ok("cast_vote", {"vote_id": v["vote_id"], "option_index": 1})
+        # A second vote whose deadline is still ahead at the restart: re-armed, not closed early.
+        later = a.ok("create_vote", {"room_id": room, "title": "Later?", "options": ["x", "y"], "duration_secs": 5})
+        a.ok("cast_vote", {"vote_id": later["vote_id"], "option_index": 0})
         d.kill9()
         # Let the deadline pass while the daemon is down.
         time.sleep(2.5)
         d = start(home, port)
         a2 = CC(d.cowchat_unix)
         assert a2.register("alice", agent_id="alice")
-        deadline = time.time() + 10
-        while True:
-            st = a2.ok("get_vote_status", {"vote_id": v["vote_id"]})
-            if st["status"] == "closed" or time.time() > deadline:
-                break
-            time.sleep(0.05)
-        assert st["status"] == "closed" and st["reason"] == "deadline"
+        st = wait_closed(a2, v["vote_id"])
+        assert st["reason"] == "deadline"
         assert st["total_votes"] == 1 and st["ballots"] == [{"agent_id": bid, "agent_name": "bob", "option_index": 1}]
-        assert [v2["vote_id"] for v2 in a2.ok("list_votes", {"room_id": room})["votes"]] == [v["vote_id"]]
         assert error_code(a2.req("cast_vote", {"vote_id": v["vote_id"], "option_index": 0})) == "vote_closed"
+        st2 = wait_closed(a2, later["vote_id"])
+        assert st2["reason"] == "deadline" and st2["closed_at"] >= later["deadline"]
+        assert st2["ballots"] == [{"agent_id": aid, "agent_name": "alice", "option_index": 0}]
+        listed = a2.ok("list_votes", {"room_id": room})["votes"]
+        assert [x["vote_id"] for x in listed] == [later["vote_id"], v["vote_id"]]
     finally:
         d.stop()
 

@@ -32,6 +32,10 @@ A> {"id":"a6","type":"cast_vote","payload":{"vote_id":"$v1","option_index":3}}
 A< {"type":"error","reply_to":"a6","payload":{"code":"invalid_option"}}
 A> {"id":"a7","type":"cast_vote","payload":{"vote_id":"vote-nope","option_index":0}}
 A< {"type":"error","reply_to":"a7","payload":{"code":"vote_not_found"}}
+A> {"id":"a7b","type":"get_vote_status","payload":{"vote_id":"vote-nope"}}
+A< {"type":"error","reply_to":"a7b","payload":{"code":"vote_not_found"}}
+A> {"id":"a7c","type":"cast_vote","payload":{"vote_id":"$v1","option_index":-1}}
+A< {"type":"error","reply_to":"a7c","payload":{"code":"invalid_payload"}}
 A> {"id":"a8","type":"cast_vote","payload":{"vote_id":"$v1","option_index":1}}
 A< {"type":"ok","reply_to":"a8","payload":{"vote_id":"$v1","votes_cast":1,"eligible_voters":2}}
 A> {"id":"a9","type":"cast_vote","payload":{"vote_id":"$v1","option_index":0}}
