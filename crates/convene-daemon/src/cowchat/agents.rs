@@ -208,6 +208,7 @@ pub(super) async fn went_offline(face: &Face, agent: &str) {
     for (gid, _) in rooms_of(face, agent) {
         live::turn_event(face, &gid, agent, "disconnected");
     }
+    super::coord::went_offline(face, agent).await;
 }
 
 /// The reconnect window ran out: the agent leaves every room.

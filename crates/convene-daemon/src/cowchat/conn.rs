@@ -23,7 +23,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::JoinHandle;
 
-use super::{agents, messages, rooms, Face};
+use super::{agents, coord, messages, rooms, Face};
 use crate::ipc::Trust;
 
 /// Outbound frames queued per connection before producers wait.
@@ -413,6 +413,23 @@ async fn handle(s: &mut Session, f: Frame) -> bool {
         "set_presence" => agents::set_presence(s, p),
         "room_tip" => messages::room_tip(s, p).await,
         "thinking" => messages::thinking(s, p).await,
+        "create_vote" => coord::votes::create_vote(s, p).await,
+        "cast_vote" => coord::votes::cast_vote(s, p).await,
+        "get_vote_status" => coord::votes::get_vote_status(s, p).await,
+        "list_votes" => coord::votes::list_votes(s, p).await,
+        "elect_leader" => coord::elections::elect_leader(s, p).await,
+        "decline_election" => coord::elections::decline_election(s, p).await,
+        "decision" => coord::elections::decision(s, p).await,
+        "assign_task" => coord::tasks::assign_task(s, p).await,
+        "update_task" => coord::tasks::update_task(s, p).await,
+        "list_tasks" => {
+            let ok = match coord::tasks::list_tasks(s, p).await {
+                Ok(v) => s.out.frame("task_list", rid, v).await,
+                Err(e) => s.out.error(rid, &e).await,
+            };
+            settle_turns(s);
+            return ok;
+        }
         "get_history" => {
             return match messages::get_history(s, p).await {
                 Ok(raw) => s.out.frame_raw("ok", rid, &raw).await,
@@ -435,6 +452,8 @@ pub(super) enum After {
     Turn(String, String, &'static str),
     /// A transient push to these connections.
     Push(Vec<Arc<Outbox>>, &'static str, Value),
+    /// Work that must start after the answer (so ledger pushes it causes follow it).
+    Run(Box<dyn FnOnce() + Send + Sync>),
 }
 
 /// Applies what a handler left for after its answer.
@@ -445,6 +464,7 @@ fn settle_turns(s: &mut Session) {
                 super::live::turn_event(&s.face, &room, &agent, reason)
             }
             After::Push(outs, t, v) => super::live::fan_out(&outs, t, &v),
+            After::Run(f) => f(),
         }
     }
 }

@@ -6,6 +6,7 @@
 
 mod agents;
 mod conn;
+mod coord;
 mod keys;
 mod live;
 mod messages;
@@ -62,6 +63,8 @@ pub struct Face {
     live: Mutex<live::Live>,
     /// Serializes room creation, rename and removal so a name is taken once.
     rooms_lock: tokio::sync::Mutex<()>,
+    /// Votes, elections, leaders and tasks (projection of the `x.cowchat.*` events).
+    coord: coord::Coord,
 }
 
 impl Face {
@@ -73,8 +76,10 @@ impl Face {
             cfg,
             live: Mutex::new(live::Live::default()),
             rooms_lock: tokio::sync::Mutex::new(()),
+            coord: coord::Coord::new(),
         });
         rooms::ensure_lobby(&face).await;
+        coord::start(&face).await;
         live::adopt_members_at_start(&face);
         live::spawn_reaper(face.clone());
         face

@@ -1,6 +1,7 @@
 //! Pushes for one joined room, derived from the ledger in its order: `message_received`,
-//! `mention`, `thinking`, `decision_made`, `agent_joined`, `agent_left` (and the
-//! coordination events of `coord`).
+//! `mention`, `thinking`, `decision_made`, `agent_joined`, `agent_left`, and the
+//! coordination events of `coord` (`vote_created`, `vote_result`, `election_started`,
+//! `leader_elected`, `leader_cleared`, `task_assigned`, `task_updated`; never ballots).
 //!
 //! Cursor-based exactly like `events_stream`: read `seq > cursor` from the hub's memory
 //! buffer, or from the store when the buffer no longer reaches back, then wait for the
@@ -143,7 +144,10 @@ async fn run(
                     cursor.fetch_max(at, Ordering::Relaxed);
                     return Ok(());
                 }
-                let frames = pushes_of(&e, me);
+                let mut frames = pushes_of(&e, me);
+                if e.kind.starts_with("x.cowchat.") && !e.is_thinking() {
+                    frames.extend(super::coord::push_of(&fe.json, me));
+                }
                 let n = frames.len();
                 for (i, (t, p)) in frames.into_iter().enumerate() {
                     // The event counts as delivered when its last frame is written.
