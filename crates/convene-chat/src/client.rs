@@ -223,8 +223,8 @@ mod tests {
 
     #[test]
     fn frame_parse_keeps_envelope() {
-        let f = Frame::parse(r#"{"id":"s1","type":"ok","reply_to":"c1","payload":{"a":1}}"#)
-            .unwrap();
+        let f =
+            Frame::parse(r#"{"id":"s1","type":"ok","reply_to":"c1","payload":{"a":1}}"#).unwrap();
         assert_eq!(f.ftype, "ok");
         assert_eq!(f.reply_to, Some(json!("c1")));
         assert_eq!(f.payload["a"], 1);

@@ -28,7 +28,12 @@ fn room_key(secret: &str, info_prefix: &str, room_id: &str) -> Key {
 }
 
 /// Seals `plaintext` for `room_id` with the given nonce (tests pin it; use [`seal`]).
-pub fn seal_with_nonce(secret: &str, room_id: &str, nonce: [u8; 12], plaintext: &str) -> Result<String> {
+pub fn seal_with_nonce(
+    secret: &str,
+    room_id: &str,
+    nonce: [u8; 12],
+    plaintext: &str,
+) -> Result<String> {
     let cipher = ChaCha20Poly1305::new(&room_key(secret, "cowchat-e2e-v1:", room_id));
     let ct = cipher
         .encrypt(Nonce::from_slice(&nonce), plaintext.as_bytes())
@@ -92,7 +97,10 @@ mod tests {
     #[test]
     fn known_answer() {
         let blob = seal_with_nonce(SECRET, "room-abc", NONCE, "hello world").unwrap();
-        assert_eq!(blob, "cow1:AAECAwQFBgcICQoLIyz9JMG5YnCtToYuqTS/uVRA+WmFnXIPxIAT");
+        assert_eq!(
+            blob,
+            "cow1:AAECAwQFBgcICQoLIyz9JMG5YnCtToYuqTS/uVRA+WmFnXIPxIAT"
+        );
         assert_eq!(open(SECRET, "room-abc", &blob).unwrap(), "hello world");
     }
 

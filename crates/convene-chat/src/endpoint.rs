@@ -20,7 +20,10 @@ impl Endpoint {
     /// Parses the forms accepted by `--url`.
     pub fn parse(s: &str) -> Result<Self, Error> {
         let t = s.trim();
-        if let Some(p) = t.strip_prefix("unix://").or_else(|| t.strip_prefix("unix:")) {
+        if let Some(p) = t
+            .strip_prefix("unix://")
+            .or_else(|| t.strip_prefix("unix:"))
+        {
             if p.is_empty() {
                 return Err(Error::BadUrl(s.into()));
             }
@@ -66,7 +69,9 @@ pub fn convene_home() -> PathBuf {
     if let Some(h) = std::env::var_os("CONVENE_HOME").filter(|h| !h.is_empty()) {
         return PathBuf::from(h);
     }
-    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_default();
     home.join(".convene")
 }
 

@@ -63,13 +63,19 @@ pub fn envelope(op: &str, fields: Value) -> Value {
 
 fn need_str(e: &Value, k: &str, errs: &mut Vec<String>) {
     if e[k].as_str().is_none_or(|s| s.trim().is_empty()) {
-        errs.push(format!("{} needs a non-empty {k}", e["op"].as_str().unwrap_or("?")));
+        errs.push(format!(
+            "{} needs a non-empty {k}",
+            e["op"].as_str().unwrap_or("?")
+        ));
     }
 }
 
 fn need_seq(e: &Value, k: &str, errs: &mut Vec<String>) {
     if e[k].as_u64().is_none() {
-        errs.push(format!("{} needs {k} (a message seq)", e["op"].as_str().unwrap_or("?")));
+        errs.push(format!(
+            "{} needs {k} (a message seq)",
+            e["op"].as_str().unwrap_or("?")
+        ));
     }
 }
 
@@ -299,7 +305,8 @@ pub fn reconstruct(messages: &[Value]) -> View {
             "challenge" | "resolve" | "fuse" => {
                 let tid = e.env["thread"].as_u64().unwrap_or(0);
                 let Some(t) = v.threads.get_mut(&tid) else {
-                    v.invalid.push((seq, format!("thread {tid} does not exist")));
+                    v.invalid
+                        .push((seq, format!("thread {tid} does not exist")));
                     continue;
                 };
                 match e.op() {
@@ -471,9 +478,18 @@ mod tests {
         assert!(validate(&a).unwrap_err()[0].contains("falsifiable_by"));
         let a = envelope("assert", json!({"claim": "x", "falsifiable_by": "y"}));
         assert!(validate(&a).is_ok());
-        let c = envelope("challenge", json!({"thread": 3, "counter_claim": "z", "test": "t"}));
-        assert!(validate(&c).unwrap_err().iter().any(|e| e.contains("confidence")));
-        let c = envelope("challenge", json!({"thread": 3, "counter_claim": "z", "confidence": 0.5}));
+        let c = envelope(
+            "challenge",
+            json!({"thread": 3, "counter_claim": "z", "test": "t"}),
+        );
+        assert!(validate(&c)
+            .unwrap_err()
+            .iter()
+            .any(|e| e.contains("confidence")));
+        let c = envelope(
+            "challenge",
+            json!({"thread": 3, "counter_claim": "z", "confidence": 0.5}),
+        );
         assert!(validate(&c).unwrap_err().iter().any(|e| e.contains("test")));
         let c = envelope(
             "challenge",
@@ -481,12 +497,21 @@ mod tests {
         );
         assert!(validate(&c).is_err());
         for b in BASES {
-            let r = envelope("resolve", json!({"thread": 3, "observation": "o", "basis": b}));
+            let r = envelope(
+                "resolve",
+                json!({"thread": 3, "observation": "o", "basis": b}),
+            );
             assert!(validate(&r).is_ok(), "{b}");
         }
-        let r = envelope("resolve", json!({"thread": 3, "observation": "o", "basis": "vibes"}));
+        let r = envelope(
+            "resolve",
+            json!({"thread": 3, "observation": "o", "basis": "vibes"}),
+        );
         assert!(validate(&r).is_err());
-        let f = envelope("fuse", json!({"thread": 3, "synthesis": "s", "state_delta": [1]}));
+        let f = envelope(
+            "fuse",
+            json!({"thread": 3, "synthesis": "s", "state_delta": [1]}),
+        );
         assert!(validate(&f).is_err());
         assert!(validate(&json!({"lantern": 2, "op": "spark", "idea": "i"})).is_err());
         assert!(validate(&json!({"lantern": 1, "op": "dance"})).is_err());
@@ -495,8 +520,14 @@ mod tests {
 
     #[test]
     fn outcomes_parse() {
-        assert_eq!(parse_outcome("12=true").unwrap(), json!({"seq": 12, "held": true}));
-        assert_eq!(parse_outcome("3=false").unwrap(), json!({"seq": 3, "held": false}));
+        assert_eq!(
+            parse_outcome("12=true").unwrap(),
+            json!({"seq": 12, "held": true})
+        );
+        assert_eq!(
+            parse_outcome("3=false").unwrap(),
+            json!({"seq": 3, "held": false})
+        );
         assert!(parse_outcome("x=true").is_err());
         assert!(parse_outcome("3=maybe").is_err());
         assert!(parse_outcome("3").is_err());
@@ -506,18 +537,78 @@ mod tests {
     fn reconstructs_threads_state_sparks_and_calibration() {
         let msgs = vec![
             msg(1, "a", envelope("hello", json!({"role": "reviewer"}))),
-            msg(2, "a", envelope("assert", json!({"claim": "no rollback gate", "confidence": 0.8, "falsifiable_by": "a documented rollback step"}))),
+            msg(
+                2,
+                "a",
+                envelope(
+                    "assert",
+                    json!({"claim": "no rollback gate", "confidence": 0.8, "falsifiable_by": "a documented rollback step"}),
+                ),
+            ),
             json!({"seq": 3, "agent_id": "b", "agent_name": "b", "content": "plain chat"}),
-            msg(4, "b", envelope("challenge", json!({"thread": 2, "target_seq": 2, "counter_claim": "it exists", "confidence": 0.6, "test": "grep"}))),
-            msg(5, "a", envelope("resolve", json!({"thread": 2, "observation": "recovery exists, no gate", "basis": "artifact"}))),
-            msg(6, "a", envelope("fuse", json!({"thread": 2, "synthesis": "add a gate", "state_delta": {"plan": {"gate": true, "x": 1}}, "outcomes": [{"seq": 2, "held": true}, {"seq": 4, "held": false}]}))),
+            msg(
+                4,
+                "b",
+                envelope(
+                    "challenge",
+                    json!({"thread": 2, "target_seq": 2, "counter_claim": "it exists", "confidence": 0.6, "test": "grep"}),
+                ),
+            ),
+            msg(
+                5,
+                "a",
+                envelope(
+                    "resolve",
+                    json!({"thread": 2, "observation": "recovery exists, no gate", "basis": "artifact"}),
+                ),
+            ),
+            msg(
+                6,
+                "a",
+                envelope(
+                    "fuse",
+                    json!({"thread": 2, "synthesis": "add a gate", "state_delta": {"plan": {"gate": true, "x": 1}}, "outcomes": [{"seq": 2, "held": true}, {"seq": 4, "held": false}]}),
+                ),
+            ),
             msg(7, "b", envelope("spark", json!({"idea": "canary"}))),
             msg(8, "a", envelope("bury", json!({"spark": 7}))),
-            msg(9, "a", envelope("resolve", json!({"thread": 99, "observation": "o", "basis": "tool"}))),
-            msg(10, "b", envelope("assert", json!({"claim": "c2", "confidence": 0.9, "falsifiable_by": "f"}))),
-            msg(11, "b", envelope("resolve", json!({"thread": 10, "observation": "o", "basis": "consensus"}))),
-            msg(12, "b", envelope("fuse", json!({"thread": 10, "synthesis": "s", "state_delta": {"plan": {"x": null}, "y": 2}, "outcomes": [{"seq": 10, "held": false}]}))),
-            msg(13, "b", json!({"lantern": 1, "op": "assert", "claim": "no falsifier"})),
+            msg(
+                9,
+                "a",
+                envelope(
+                    "resolve",
+                    json!({"thread": 99, "observation": "o", "basis": "tool"}),
+                ),
+            ),
+            msg(
+                10,
+                "b",
+                envelope(
+                    "assert",
+                    json!({"claim": "c2", "confidence": 0.9, "falsifiable_by": "f"}),
+                ),
+            ),
+            msg(
+                11,
+                "b",
+                envelope(
+                    "resolve",
+                    json!({"thread": 10, "observation": "o", "basis": "consensus"}),
+                ),
+            ),
+            msg(
+                12,
+                "b",
+                envelope(
+                    "fuse",
+                    json!({"thread": 10, "synthesis": "s", "state_delta": {"plan": {"x": null}, "y": 2}, "outcomes": [{"seq": 10, "held": false}]}),
+                ),
+            ),
+            msg(
+                13,
+                "b",
+                json!({"lantern": 1, "op": "assert", "claim": "no falsifier"}),
+            ),
         ];
         let v = reconstruct(&msgs);
         assert_eq!(v.participants.len(), 1);

@@ -176,7 +176,8 @@ mod tests {
 
     #[test]
     fn text_form() {
-        let m = json!({"seq": 4, "agent_name": "al", "content": "bye", "metadata": {"kind": "end"}});
+        let m =
+            json!({"seq": 4, "agent_name": "al", "content": "bye", "metadata": {"kind": "end"}});
         assert_eq!(text_line(&m), "[4] al: bye [end]");
     }
 }

@@ -94,11 +94,16 @@ fn ws_addr(url: &str) -> Result<String> {
     if hostport.is_empty() {
         return Err(Error::BadUrl(url.into()));
     }
-    Ok(if hostport.rsplit_once(':').is_some_and(|(_, p)| p.parse::<u16>().is_ok()) {
-        hostport.to_string()
-    } else {
-        format!("{hostport}:80")
-    })
+    Ok(
+        if hostport
+            .rsplit_once(':')
+            .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+        {
+            hostport.to_string()
+        } else {
+            format!("{hostport}:80")
+        },
+    )
 }
 
 /// Remaining time until `deadline`, at least 1 ms (a zero timeout means "block forever").
@@ -152,9 +157,7 @@ impl Conn {
                 w.flush()?;
                 Ok(())
             }
-            Conn::Ws(ws) => ws
-                .send(tungstenite::Message::text(text))
-                .map_err(ws_err),
+            Conn::Ws(ws) => ws.send(tungstenite::Message::text(text)).map_err(ws_err),
         }
     }
 
@@ -170,8 +173,8 @@ impl Conn {
                     Ok(0) => return Err(Error::Closed),
                     Ok(_) if partial.last() == Some(&b'\n') => {
                         let line = std::mem::take(partial);
-                        let text = String::from_utf8(line)
-                            .map_err(|e| Error::BadFrame(e.to_string()))?;
+                        let text =
+                            String::from_utf8(line).map_err(|e| Error::BadFrame(e.to_string()))?;
                         let text = text.trim();
                         if text.is_empty() {
                             continue;
