@@ -754,3 +754,82 @@ fn websocket_transport_send_history_and_wait() {
         vec!["pushed"]
     );
 }
+
+#[test]
+fn rooms_agents_status_keygen_and_monitor() {
+    let d = Daemon::start();
+    let room = create_room(&d, "alice", "hub", &["--description", "the hub"]);
+    let rid = room["room_id"].as_str().unwrap().to_string();
+    let mut c = d.cow("alice");
+    c.args(["rooms", "list"]);
+    let out = ok(c);
+    assert!(
+        out.lines().any(|l| l.contains(&rid) && l.contains("hub")),
+        "{out}"
+    );
+    let mut c = d.cow("alice");
+    c.args(["--json", "rooms", "list"]);
+    let v: Value = serde_json::from_str(ok(c).trim()).unwrap();
+    assert!(v["rooms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|r| r["room_id"] == rid.as_str()));
+    let mut c = d.cow("alice");
+    c.args(["rooms", "info", "hub"]);
+    let out = ok(c);
+    assert!(out.contains("member alice (alice)"), "{out}");
+    let mut c = d.cow("bob");
+    c.args(["agents", "--room", "hub"]);
+    assert!(ok(c).contains("alice (alice)"));
+    let mut c = d.cow("bob");
+    c.args(["--json", "status"]);
+    let s: Value = serde_json::from_str(ok(c).trim()).unwrap();
+    assert_eq!(s["agent_id"], "bob");
+    assert_eq!(s["server"]["protocol_version"], 2);
+    let k1 = ok(d.cow("x").tap(|c| {
+        c.arg("keygen");
+    }));
+    let k2 = ok(d.cow("x").tap(|c| {
+        c.arg("keygen");
+    }));
+    assert_eq!(k1.trim().len(), 43);
+    assert_ne!(k1, k2);
+    // monitor --json prints raw pushed frames; stop it once it has shown the message.
+    let mut c = d.cow("bob");
+    c.args(["monitor", "--room", "hub", "--json"]);
+    let mut m = c
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = std::io::BufReader::new(m.stderr.take().unwrap());
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut err, &mut first).unwrap();
+    assert!(first.contains("watching 1 room"), "{first}");
+    send(&d, "alice", "hub", "seen by monitor", &[]);
+    let mut out = std::io::BufReader::new(m.stdout.take().unwrap());
+    let frame = loop {
+        let mut line = String::new();
+        assert!(std::io::BufRead::read_line(&mut out, &mut line).unwrap() > 0);
+        let f: Value = serde_json::from_str(&line).unwrap();
+        if f["type"] == "message_received" {
+            break f;
+        }
+    };
+    let _ = m.kill();
+    let _ = m.wait();
+    assert_eq!(frame["payload"]["content"], "seen by monitor");
+    assert_eq!(frame["payload"]["agent_id"], "alice");
+}
+
+trait Tap {
+    fn tap(self, f: impl FnOnce(&mut Self)) -> Self;
+}
+
+impl Tap for Command {
+    fn tap(mut self, f: impl FnOnce(&mut Self)) -> Self {
+        f(&mut self);
+        self
+    }
+}
