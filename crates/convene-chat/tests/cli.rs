@@ -39,19 +39,40 @@ impl Daemon {
 
     fn start_args(tcp: Option<String>, extra: &[&str]) -> Self {
         let home = tempfile::tempdir().unwrap();
-        let log = std::fs::File::create(home.path().join("daemon.log")).unwrap();
+        let child = Self::spawn(home.path(), tcp.as_deref(), extra);
+        let d = Self { home, child, tcp };
+        d.wait_ready();
+        d
+    }
+
+    fn spawn(home: &Path, tcp: Option<&str>, extra: &[&str]) -> Child {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(home.join("daemon.log"))
+            .unwrap();
         let mut cmd = Command::new(convene_bin());
-        cmd.arg("--home").arg(home.path()).arg("serve").args(extra);
-        if let Some(a) = &tcp {
+        cmd.arg("--home").arg(home).arg("serve").args(extra);
+        if let Some(a) = tcp {
             cmd.arg("--cowchat-tcp").arg(a);
         }
-        let child = cmd
-            .env("CONVENE_LOG", "warn")
+        cmd.env("CONVENE_LOG", "warn")
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
-            .unwrap();
-        let d = Self { home, child, tcp };
+            .unwrap()
+    }
+
+    /// Stops the daemon and starts it again on the same home.
+    fn restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.child = Self::spawn(self.home.path(), self.tcp.as_deref(), &[]);
+        self.wait_ready();
+    }
+
+    fn wait_ready(&self) {
+        let d = self;
         let sock = d.sock();
         let deadline = Instant::now() + Duration::from_secs(20);
         while std::os::unix::net::UnixStream::connect(&sock).is_err() {
@@ -72,7 +93,6 @@ impl Daemon {
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
-        d
     }
 
     fn sock(&self) -> PathBuf {
@@ -832,4 +852,55 @@ impl Tap for Command {
         f(&mut self);
         self
     }
+}
+
+#[test]
+fn follow_survives_a_daemon_restart_and_resumes_from_its_cursor() {
+    let mut d = Daemon::start();
+    create_room(&d, "alice", "durable", &[]);
+    join(&d, "bob", "durable");
+    let start = tip(&d, "bob", "durable").to_string();
+    send(&d, "alice", "durable", "before restart", &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("cursor");
+    let mut c = d.cow("bob");
+    c.args([
+        "wait",
+        "durable",
+        "--follow",
+        "--since-seq",
+        &start,
+        "--cursor-file",
+    ])
+    .arg(&f);
+    let mut w = c
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(w.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert!(line.contains("before restart"), "{line}");
+    d.restart();
+    // Sent while the follower may still be reconnecting: it must arrive exactly once.
+    send(&d, "alice", "durable", "after restart", &[]);
+    send(&d, "alice", "durable", "the end", &["--end"]);
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    let status = w.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut w.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(status.success(), "{err}");
+    assert_eq!(
+        contents(&json_lines(&rest)),
+        vec!["after restart", "the end"],
+        "{err}"
+    );
+    assert!(
+        err.contains("reconnecting"),
+        "the follower saw the restart: {err}"
+    );
+    let end = tip(&d, "bob", "durable");
+    assert_eq!(read_cursor(&f), end);
 }

@@ -212,7 +212,7 @@ impl Waiter<'_> {
                     .ctx
                     .history_after(&mut c, &r.id, self.cursor.unwrap_or(0))?;
                 for m in rows {
-                    if self.process(m)? {
+                    if self.process(m)? || self.ended {
                         return Ok(End::Woke);
                     }
                 }
