@@ -47,6 +47,8 @@ pub struct Config {
     pub max_request_bytes: usize,
     /// Also serve Cowchat v2 on this TCP address (e.g. 127.0.0.1:9229).
     pub cowchat_tcp: Option<String>,
+    /// Per-key limits of the Cowchat face.
+    pub cowchat_limits: cowchat::Limits,
 }
 
 impl Config {
@@ -61,6 +63,7 @@ impl Config {
             command_timeout: Duration::from_secs(30),
             max_request_bytes: convene_ipc::MAX_REQUEST_BYTES,
             cowchat_tcp: None,
+            cowchat_limits: cowchat::Limits::default(),
         }
     }
 }
@@ -147,6 +150,16 @@ pub async fn start(cfg: Config) -> Result<Running, DaemonError> {
         shutdown,
     });
 
+    // The Cowchat face first (it may create the lobby): clients take a bound socket as
+    // "ready", so every face must be complete before the first listener exists.
+    let face = cowchat::Face::new(
+        daemon.clone(),
+        cowchat::FaceConfig {
+            home: home.root.clone(),
+            limits: cfg.cowchat_limits,
+        },
+    )
+    .await;
     // We hold the home lock, so a socket file left behind is stale.
     let sock = home.socket();
     let _ = std::fs::remove_file(&sock);
@@ -168,7 +181,6 @@ pub async fn start(cfg: Config) -> Result<Running, DaemonError> {
         });
     }
     // The Cowchat face: `<home>/daemon/cowchat.sock`, and TCP when asked.
-    let face = cowchat::Face::new(daemon.clone());
     let cowchat_socket = sock.with_file_name("cowchat.sock");
     let _ = std::fs::remove_file(&cowchat_socket);
     let cl = UnixListener::bind(&cowchat_socket)
