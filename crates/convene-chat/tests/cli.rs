@@ -622,7 +622,6 @@ fn heartbeats_are_answered_so_a_long_wait_keeps_its_connection() {
 }
 
 #[test]
-#[ignore = "needs the server's encrypted rooms (issue 3 part 5, server side)"]
 fn encrypted_room_round_trip() {
     let d = Daemon::start();
     let secret = "correct horse battery staple";
@@ -903,4 +902,217 @@ fn follow_survives_a_daemon_restart_and_resumes_from_its_cursor() {
     );
     let end = tip(&d, "bob", "durable");
     assert_eq!(read_cursor(&f), end);
+}
+
+#[test]
+fn thinking_never_wakes_but_shows_on_stderr() {
+    let d = Daemon::start();
+    create_room(&d, "alice", "minds", &[]);
+    join(&d, "bob", "minds");
+    let start = tip(&d, "bob", "minds").to_string();
+    let mut c = d.cow("bob");
+    c.args(["thinking", "minds", "my own pulse"]);
+    ok(c);
+    let mut c = d.cow("bob");
+    c.args([
+        "wait",
+        "minds",
+        "--loop",
+        "--show-thinking",
+        "--since-seq",
+        &start,
+        "--idle-timeout",
+        "60",
+    ]);
+    let w = c
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut c = d.cow("alice");
+    c.args(["thinking", "minds", "checking file X"]);
+    ok(c);
+    send(&d, "alice", "minds", "the answer", &[]);
+    let o = w.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    // The pulse (live or caught up) is on stderr exactly once; the wake is the message.
+    assert_eq!(
+        err.matches("wait: thinking alice: checking file X").count(),
+        1,
+        "{err}"
+    );
+    assert!(!err.contains("my own pulse"), "{err}");
+    assert_eq!(
+        contents(&json_lines(&String::from_utf8(o.stdout).unwrap())),
+        vec!["the answer"]
+    );
+    // In history the pulses are rows with metadata.type = "thinking".
+    let mut c = d.cow("bob");
+    c.args(["history", "minds"]);
+    let h = json_lines(&ok(c));
+    assert_eq!(h.len(), 3);
+    assert_eq!(h[1]["metadata"]["type"], "thinking");
+    // Only pulses since the cursor: idle.
+    let mut c = d.cow("bob");
+    c.args(["thinking", "minds", "more"]);
+    ok(c);
+    let t = h[2]["seq"].to_string();
+    let mut c = d.cow("bob");
+    c.args([
+        "wait",
+        "minds",
+        "--loop",
+        "--since-seq",
+        &t,
+        "--idle-timeout",
+        "1",
+    ]);
+    assert_eq!(run(c).status.code(), Some(2));
+}
+
+#[test]
+fn presence_rename_and_destroy() {
+    let d = Daemon::start();
+    create_room(&d, "alice", "old-name", &[]);
+    // Presence is live state: keep alice connected with a waiter while she sets it.
+    let mut c = d.cow("alice");
+    c.args([
+        "wait",
+        "old-name",
+        "--loop",
+        "--since-seq",
+        "tip",
+        "--idle-timeout",
+        "60",
+    ]);
+    let mut waiter = c
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let alice = |d: &Daemon| {
+        let mut c = d.cow("bob");
+        c.args(["--json", "agents", "--room", "old-name"]);
+        let v: Value = serde_json::from_str(ok(c).trim()).unwrap();
+        v["agents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["agent_id"] == "alice")
+            .cloned()
+            .unwrap()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while alice(&d)["online"] != true {
+        assert!(
+            Instant::now() < deadline,
+            "alice's waiter never came online"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut c = d.cow("alice");
+    c.args([
+        "presence",
+        "working",
+        "--detail",
+        "reviewing section 3",
+        "--progress",
+        "57",
+    ]);
+    ok(c);
+    let mut c = d.cow("alice");
+    c.args(["presence", "dancing"]);
+    assert_eq!(run(c).status.code(), Some(1));
+    let a = alice(&d);
+    let _ = waiter.kill();
+    let _ = waiter.wait();
+    assert_eq!(a["status"], "working", "{a}");
+    assert_eq!(a["status_detail"], "reviewing section 3");
+    assert_eq!(a["progress"], 57);
+    let mut c = d.cow("alice");
+    c.args(["rooms", "rename", "old-name", "new-name"]);
+    let r: Value = serde_json::from_str(ok(c).trim()).unwrap();
+    assert_eq!(r["name"], "new-name");
+    // Only the creator may destroy; and only with --yes.
+    let mut c = d.cow("mallory");
+    c.args(["rooms", "destroy", "new-name", "--yes"]);
+    let o = run(c);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("access_denied"));
+    let mut c = d.cow("alice");
+    c.args(["rooms", "destroy", "new-name"]);
+    assert_eq!(run(c).status.code(), Some(1));
+    let mut c = d.cow("alice");
+    c.args(["rooms", "destroy", "new-name", "--yes"]);
+    ok(c);
+    let mut c = d.cow("alice");
+    c.args(["history", "new-name"]);
+    assert_eq!(run(c).status.code(), Some(1));
+}
+
+#[test]
+#[ignore = "needs server votes (create_vote/cast_vote/get_vote_status/list_votes), not on main yet"]
+fn sealed_vote_through_the_cli() {
+    let d = Daemon::start();
+    create_room(&d, "alice", "ballot", &["--public"]);
+    join(&d, "bob", "ballot");
+    let mut c = d.cow("alice");
+    c.args([
+        "vote",
+        "create",
+        "ballot",
+        "Which approach?",
+        "--options",
+        "A",
+        "B",
+    ]);
+    let v: Value = serde_json::from_str(ok(c).trim()).unwrap();
+    let id = v["vote_id"].as_str().unwrap().to_string();
+    let mut c = d.cow("alice");
+    c.args(["vote", "cast", &id, "0"]);
+    let cast: Value = serde_json::from_str(ok(c).trim()).unwrap();
+    assert_eq!(cast["votes_cast"], 1);
+    let mut c = d.cow("bob");
+    c.args(["vote", "cast", &id, "0"]);
+    ok(c);
+    let mut c = d.cow("bob");
+    c.args(["vote", "status", &id]);
+    let st: Value = serde_json::from_str(ok(c).trim()).unwrap();
+    assert_eq!(st["tally"][0]["count"], 2, "{st}");
+    let mut c = d.cow("bob");
+    c.args(["vote", "history", "ballot"]);
+    assert!(ok(c).contains(&id));
+}
+
+#[test]
+#[ignore = "needs server elections and decisions (elect_leader/decline_election/decision), not on main yet"]
+fn election_and_leader_only_decision() {
+    let d = Daemon::start();
+    create_room(&d, "alice", "lead", &[]);
+    let mut c = d.cow("alice");
+    c.args(["election", "start", "lead"]);
+    ok(c);
+    // Alice is the only candidate: she leads once the 2-second opt-out window closes.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut c = d.cow("alice");
+        c.args(["election", "decide", "lead", "we go with A"]);
+        if run(c).status.success() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "alice never became leader");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let mut c = d.cow("bob");
+    c.args(["election", "decide", "lead", "rogue"]);
+    let o = run(c);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("not_leader"));
+    let mut c = d.cow("bob");
+    c.args(["history", "lead"]);
+    let h = json_lines(&ok(c));
+    assert!(h
+        .iter()
+        .any(|m| m["metadata"]["type"] == "decision" && m["content"] == "we go with A"));
 }

@@ -7,6 +7,7 @@
 //! internal timeout repeats the catch-up (a missed push costs at most one interval);
 //! transport failures reconnect with capped exponential backoff and resume from the cursor.
 
+use std::collections::BTreeSet;
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -61,6 +62,8 @@ struct Waiter<'a> {
     idle_deadline: Option<Instant>,
     plain_deadline: Option<Instant>,
     woke: bool,
+    /// Seqs of pulses already shown (above the cursor).
+    thinking_shown: BTreeSet<u64>,
     /// `--follow` saw a peer's `--end` message.
     ended: bool,
 }
@@ -120,6 +123,7 @@ pub fn run(ctx: &Ctx, a: &WaitArgs) -> anyhow::Result<i32> {
         },
         plain_deadline,
         woke: false,
+        thinking_shown: BTreeSet::new(),
         ended: false,
     };
     w.run(&a.room, true)
@@ -142,6 +146,7 @@ pub fn follow_history(ctx: &Ctx, room: &str, after: u64, text: bool) -> anyhow::
         idle_deadline: None,
         plain_deadline: None,
         woke: false,
+        thinking_shown: BTreeSet::new(),
         ended: false,
     };
     w.run(room, false)
@@ -264,11 +269,7 @@ impl Waiter<'_> {
                 }
                 "thinking" if in_room => {
                     let m = self.ctx.incoming(p.clone());
-                    if self.show_thinking && self.filter.peer_thinking(&m) {
-                        let name = m["agent_name"].as_str().unwrap_or("?");
-                        let content = m["content"].as_str().unwrap_or_default();
-                        eprintln!("wait: thinking {name}: {content}");
-                    }
+                    self.show_thinking(&m);
                 }
                 // Decisions are history rows; fetch them in order through the catch-up.
                 "decision_made" if in_room && self.catch_up => return Ok(None),
@@ -293,6 +294,22 @@ impl Waiter<'_> {
         }
     }
 
+    /// `--show-thinking`: a peer's pulse on stderr, once (it can come as a push and again
+    /// as a catch-up row, since pushes of pulses do not move the cursor).
+    fn show_thinking(&mut self, m: &Value) {
+        let seq = message::seq(m);
+        if !self.show_thinking
+            || !self.filter.peer_thinking(m)
+            || seq <= self.cursor.unwrap_or(0)
+            || !self.thinking_shown.insert(seq)
+        {
+            return;
+        }
+        let name = m["agent_name"].as_str().unwrap_or("?");
+        let content = m["content"].as_str().unwrap_or_default();
+        eprintln!("wait: thinking {name}: {content}");
+    }
+
     /// Handles one message row. Returns true when the wait should return now.
     fn process(&mut self, m: Value) -> anyhow::Result<bool> {
         let m = self.ctx.incoming(m);
@@ -301,6 +318,7 @@ impl Waiter<'_> {
         if seq != 0 && seq <= cur {
             return Ok(false); // already seen (catch-up and pushes overlap)
         }
+        self.show_thinking(&m);
         let wakes = self.filter.wakes(&m);
         if wakes {
             self.emit(&m)?;
@@ -311,6 +329,8 @@ impl Waiter<'_> {
         }
         if seq > cur {
             self.cursor = Some(seq);
+            // Pulses at or below the cursor can no longer come back.
+            self.thinking_shown = self.thinking_shown.split_off(&(seq + 1));
             if let Some(p) = &self.cursor_file {
                 cursor::write(p, seq).with_context(|| format!("writing {}", p.display()))?;
             }
