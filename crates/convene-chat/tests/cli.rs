@@ -219,6 +219,9 @@ fn send_then_history_by_room_name() {
     let t = ok(c);
     assert_eq!(t.lines().count(), 1, "{t}");
     assert!(t.contains("alice") && t.contains("second"), "{t}");
+    let mut c = d.cow("bob");
+    c.args(["history", "general", "--since", sent["message_id"].as_str().unwrap()]);
+    assert_eq!(contents(&json_lines(&ok(c))), vec!["second"]);
     // Unknown room: exit 1 with a message.
     let mut c = d.cow("bob");
     c.args(["history", "nope"]);
