@@ -240,8 +240,16 @@ fn encrypted_room_round_trip() {
 /// transport runs against the real server logic.
 #[test]
 fn websocket_transport_send_history_and_wait() {
-    let d = Daemon::start();
-    let url = ws_bridge(d.sock());
+    // The daemon's own `/ws` when this build has it; else a bridge to its Unix socket.
+    let (d, url) = if daemon_has_ws() {
+        let d = Daemon::start_args(None, &["--cowchat-ws", "127.0.0.1:0"]);
+        let url = d.ws_url();
+        (d, url)
+    } else {
+        let d = Daemon::start();
+        let url = ws_bridge(d.sock());
+        (d, url)
+    };
     let mut c = d.cow_at(&url, "alice");
     c.args(["rooms", "create", "wsroom"]);
     ok(c);

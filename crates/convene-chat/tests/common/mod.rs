@@ -103,6 +103,26 @@ impl Daemon {
         format!("unix:{}", self.sock().display())
     }
 
+    /// The `ws://…/ws` URL from `<home>/daemon/cowchat.addr.json` (`--cowchat-ws ADDR:0`).
+    pub fn ws_url(&self) -> String {
+        let f = self.home.path().join("daemon").join("cowchat.addr.json");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let v: Option<Value> = std::fs::read_to_string(&f)
+                .ok()
+                .and_then(|s| serde_json::from_str(&s).ok());
+            if let Some(u) = v.as_ref().and_then(|v| v["ws"].as_str()) {
+                return u.to_string();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no ws address in {}",
+                f.display()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.home.path().join("daemon.log")).unwrap_or_default()
     }
@@ -248,4 +268,13 @@ impl Tap for Command {
         f(&mut self);
         self
     }
+}
+
+/// Whether this `convene` build serves Cowchat over WebSocket (`serve --cowchat-ws`).
+pub fn daemon_has_ws() -> bool {
+    Command::new(convene_bin())
+        .args(["serve", "--help"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).contains("--cowchat-ws"))
+        .unwrap_or(false)
 }
