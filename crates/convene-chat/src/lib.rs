@@ -3,6 +3,21 @@
 //! built from: end-to-end room encryption, atomic cursor files, message filtering for `wait`
 //! and the LANTERN structured-reasoning overlay. No async runtime: one blocking socket per
 //! client, read timeouts for deadlines.
+//!
+//! ```no_run
+//! use convene_chat::{Client, Endpoint, Identity};
+//! # fn main() -> Result<(), convene_chat::Error> {
+//! let ep = Endpoint::parse("unix:/home/me/.convene/daemon/cowchat.sock")?;
+//! let who = Identity { name: "me".into(), agent_id: Some("me".into()), ..Default::default() };
+//! let mut c = Client::connect(&ep, &who)?;
+//! let room = c.resolve_room("lobby")?;
+//! c.ensure_joined(room["room_id"].as_str().unwrap_or_default())?;
+//! c.request("send_message", serde_json::json!({"room_id": room["room_id"], "content": "hi"}))?;
+//! while let Some(push) = c.next_push(None)? {
+//!     println!("{} {}", push.ftype, push.payload);
+//! }
+//! # Ok(()) }
+//! ```
 
 pub mod client;
 pub mod crypto;

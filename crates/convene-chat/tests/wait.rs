@@ -392,3 +392,47 @@ fn thinking_never_wakes_but_shows_on_stderr() {
     ]);
     assert_eq!(run(c).status.code(), Some(2));
 }
+
+#[test]
+fn follow_delivers_every_message_once_in_order_across_catch_up_and_pushes() {
+    let d = Daemon::start();
+    create_room(&d, "alice", "stream", &[]);
+    join(&d, "bob", "stream");
+    let start = tip(&d, "bob", "stream").to_string();
+    let ep = convene_chat::Endpoint::parse(&d.url()).unwrap();
+    let who = convene_chat::Identity {
+        name: "alice".into(),
+        agent_id: Some("alice".into()),
+        ..Default::default()
+    };
+    let mut alice = convene_chat::Client::connect(&ep, &who).unwrap();
+    let rid = alice.resolve_room("stream").unwrap()["room_id"].clone();
+    let mut say = |text: String, end: bool| {
+        let mut p = serde_json::json!({"room_id": rid, "content": text});
+        if end {
+            p["metadata"] = serde_json::json!({"kind": "end"});
+        }
+        alice.request("send_message", p).unwrap();
+    };
+    // A backlog before the follower starts, more while it catches up and blocks.
+    for i in 0..100 {
+        say(format!("m{i}"), false);
+    }
+    let mut c = d.cow("bob");
+    c.args(["wait", "stream", "--follow", "--since-seq", &start]);
+    let w = c
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    for i in 100..300 {
+        say(format!("m{i}"), false);
+    }
+    say("done".into(), true);
+    let o = w.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let got = json_lines(&String::from_utf8(o.stdout).unwrap());
+    let mut want: Vec<String> = (0..300).map(|i| format!("m{i}")).collect();
+    want.push("done".into());
+    assert_eq!(contents(&got), want);
+}
