@@ -90,7 +90,9 @@ class CC:
                 return self.pending.pop(i)
         deadline = time.time() + timeout
         while time.time() < deadline:
-            fr = self.read()
+            fr = self.read(pings=True)  # pings return, so the deadline is checked
+            if fr["type"] == "ping" and fr.get("reply_to") is None:
+                continue
             if fr["type"] == ftype and fr.get("reply_to") is None:
                 return fr
             self.pending.append(fr)
@@ -100,6 +102,8 @@ class CC:
         return self.ok("register", {"name": name, "key": "", "capabilities": [], "protocol_version": 2, **extra})["agent_id"]
 
     def close(self) -> None:
+        # The makefile() reader holds the descriptor too: close both, as a process exit would.
+        self.f.close()
         self.sock.close()
 
 

@@ -48,7 +48,12 @@ enum Cmd {
         /// the API key.
         #[arg(long)]
         cowchat_ws: Option<String>,
+        #[command(flatten)]
+        cowchat: CowchatLimits,
     },
+    /// API keys: the daemon key and extra per-principal keys (Cowchat visibility and limits).
+    #[command(subcommand)]
+    Auth(AuthCmd),
     /// Daemon status.
     Status,
     /// Groups.
@@ -84,6 +89,64 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+}
+
+/// Per-key limits of the Cowchat face.
+#[derive(clap::Args)]
+struct CowchatLimits {
+    /// Agents one API key may have connected at once.
+    #[arg(long, default_value_t = 256)]
+    cowchat_agents_per_key: usize,
+    /// Rooms one API key may own.
+    #[arg(long, default_value_t = 1000)]
+    cowchat_rooms_per_key: usize,
+    /// Sustained messages per second per API key.
+    #[arg(long, default_value_t = 20_000)]
+    cowchat_messages_per_sec: u32,
+    /// Message burst per API key.
+    #[arg(long, default_value_t = 40_000)]
+    cowchat_message_burst: u32,
+    /// Seconds a disconnected agent keeps its rooms and replay cursors (spec: 120).
+    #[arg(long, default_value_t = 120)]
+    cowchat_reconnect_secs: u64,
+}
+
+/// `convene auth …`.
+#[derive(Subcommand)]
+enum AuthCmd {
+    /// Print the daemon key (principal `primary`).
+    ShowKey,
+    /// Replace the daemon key; clients must reconnect with the new one.
+    RotateKey,
+    /// Create an extra key for principal NAME and print it.
+    AddKey {
+        /// Principal name (1-64 of A-Z a-z 0-9 - _ .).
+        name: String,
+    },
+    /// List the extra keys' principals.
+    ListKeys,
+    /// Remove an extra key.
+    RemoveKey {
+        /// Principal name.
+        name: String,
+    },
+}
+
+fn auth(home: &std::path::Path, c: AuthCmd) -> Result<()> {
+    use convene_daemon::home as h;
+    match c {
+        AuthCmd::ShowKey => println!("{}", std::fs::read_to_string(home.join("auth.key"))?.trim()),
+        AuthCmd::RotateKey => println!("{}", h::rotate_key(home)?),
+        AuthCmd::AddKey { name } => println!("{}", h::add_key(home, &name)?),
+        AuthCmd::ListKeys => {
+            println!("primary");
+            for n in h::key_names(home) {
+                println!("{n}");
+            }
+        }
+        AuthCmd::RemoveKey { name } => h::remove_key(home, &name)?,
+    }
+    Ok(())
 }
 
 fn default_home() -> PathBuf {
@@ -130,8 +193,16 @@ fn main() -> Result<()> {
             heartbeat_ms,
             cowchat_tcp,
             cowchat_ws,
+            cowchat: l,
         } => {
             let mut cfg = convene_daemon::Config::new(home);
+            cfg.cowchat_limits = convene_daemon::cowchat::Limits {
+                agents_per_key: l.cowchat_agents_per_key,
+                rooms_per_key: l.cowchat_rooms_per_key,
+                messages_per_sec: l.cowchat_messages_per_sec,
+                message_burst: l.cowchat_message_burst,
+            };
+            cfg.cowchat_reconnect = Duration::from_secs(l.cowchat_reconnect_secs);
             cfg.tcp = tcp;
             cfg.tcp_require_key = require_key;
             cfg.cowchat_tcp = cowchat_tcp;
@@ -152,6 +223,7 @@ fn main() -> Result<()> {
             Ok(())
         }
         Cmd::Ledger(c) => ledger_io::run(&home, cli.json, c),
+        Cmd::Auth(c) => auth(&home, c),
         Cmd::Evidence { args } => std::process::exit(convene_evidence::cli::run(
             [vec!["evidence".to_string()], args].concat(),
         )),
@@ -174,6 +246,7 @@ fn other_into(c: Cmd) -> client_cmds::Cmd {
         Cmd::Serve { .. }
         | Cmd::Ledger(_)
         | Cmd::ShowKey
+        | Cmd::Auth(_)
         | Cmd::Evidence { .. }
         | Cmd::Verifier { .. } => client_cmds::Cmd::Status,
     }

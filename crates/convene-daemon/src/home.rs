@@ -78,16 +78,7 @@ impl Home {
                 return Ok(k);
             }
         }
-        let mut seed = Vec::new();
-        File::open("/dev/urandom")
-            .and_then(|mut f| {
-                let mut b = [0u8; 32];
-                std::io::Read::read_exact(&mut f, &mut b)?;
-                seed.extend_from_slice(&b);
-                Ok(())
-            })
-            .map_err(|e| HomeError::Io(p.clone(), e))?;
-        let key = format!("cvn_{}", hex::encode(Sha256::digest(&seed)));
+        let key = new_key().map_err(|e| HomeError::Io(p.clone(), e))?;
         write_private(&p, key.as_bytes()).map_err(|e| HomeError::Io(p.clone(), e))?;
         Ok(key)
     }
@@ -129,4 +120,66 @@ fn write_private(p: &Path, bytes: &[u8]) -> std::io::Result<()> {
         .open(p)?;
     f.write_all(bytes)?;
     f.sync_all()
+}
+
+/// A fresh random API key (`cvn_` + 64 hex of a hash of 32 bytes from the OS CSPRNG).
+fn new_key() -> std::io::Result<String> {
+    let mut b = [0u8; 32];
+    File::open("/dev/urandom").and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))?;
+    Ok(format!("cvn_{}", hex::encode(Sha256::digest(b))))
+}
+
+/// Replaces the daemon key (`auth.key`) with a fresh one; returns it. Running faces
+/// that read the key file per connection (Cowchat) take it at the next `register`.
+pub fn rotate_key(root: &Path) -> Result<String, HomeError> {
+    let p = root.join("auth.key");
+    let key = new_key().map_err(|e| HomeError::Io(p.clone(), e))?;
+    write_private(&p, key.as_bytes()).map_err(|e| HomeError::Io(p.clone(), e))?;
+    Ok(key)
+}
+
+/// Creates an extra API key for principal `name` (`keys.d/<name>.key`); returns it.
+pub fn add_key(root: &Path, name: &str) -> Result<String, HomeError> {
+    let dir = root.join("keys.d");
+    let valid = !name.is_empty()
+        && name.len() <= 64
+        && name != "primary"
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    let p = dir.join(format!("{name}.key"));
+    if !valid {
+        return Err(HomeError::Io(
+            p,
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "key names are 1-64 of A-Z a-z 0-9 - _ . (not `primary`)",
+            ),
+        ));
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| HomeError::Io(dir.clone(), e))?;
+    let key = new_key().map_err(|e| HomeError::Io(p.clone(), e))?;
+    write_private(&p, key.as_bytes()).map_err(|e| HomeError::Io(p.clone(), e))?;
+    Ok(key)
+}
+
+/// Names of the extra API keys.
+pub fn key_names(root: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(root.join("keys.d"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let p = e.path();
+            (p.extension()? == "key").then(|| p.file_stem()?.to_str().map(String::from))?
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// Removes an extra API key.
+pub fn remove_key(root: &Path, name: &str) -> Result<(), HomeError> {
+    let p = root.join("keys.d").join(format!("{name}.key"));
+    std::fs::remove_file(&p).map_err(|e| HomeError::Io(p, e))
 }

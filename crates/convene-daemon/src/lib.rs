@@ -52,6 +52,8 @@ pub struct Config {
     pub cowchat_ws: Option<String>,
     /// Per-key limits of the Cowchat face.
     pub cowchat_limits: cowchat::Limits,
+    /// Cowchat reconnect window.
+    pub cowchat_reconnect: Duration,
 }
 
 impl Config {
@@ -68,6 +70,7 @@ impl Config {
             cowchat_tcp: None,
             cowchat_ws: None,
             cowchat_limits: cowchat::Limits::default(),
+            cowchat_reconnect: cowchat::RECONNECT_WINDOW,
         }
     }
 }
@@ -163,6 +166,7 @@ pub async fn start(cfg: Config) -> Result<Running, DaemonError> {
         cowchat::FaceConfig {
             home: home.root.clone(),
             limits: cfg.cowchat_limits,
+            reconnect_window: cfg.cowchat_reconnect,
         },
     )
     .await;

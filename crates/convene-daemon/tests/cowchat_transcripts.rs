@@ -88,3 +88,18 @@ fn transcript_cowchat_rooms() {
 fn transcript_cowchat_v2() {
     run_file(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/transcripts/cowchat.t"));
 }
+
+#[test]
+fn transcript_cowchat_votes() {
+    run_file(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/transcripts/cowchat_votes.t"));
+}
+
+#[test]
+fn transcript_cowchat_elections() {
+    run_file(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/transcripts/cowchat_elections.t"));
+}
+
+#[test]
+fn transcript_cowchat_tasks() {
+    run_file(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/transcripts/cowchat_tasks.t"));
+}

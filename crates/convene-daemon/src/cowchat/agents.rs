@@ -2,6 +2,8 @@
 //! what happens when an agent's last connection closes or its reconnect window runs out.
 
 use convene_cowchat::{parse, ListAgents, Register, SetPresence, SetTyping, WireError};
+use std::collections::HashMap;
+
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
@@ -58,8 +60,14 @@ pub(super) async fn register(
         .filter(|n| !n.is_empty())
         .unwrap_or_else(|| "agent".into());
     let id = r.agent_id.unwrap_or_else(|| new_agent_id(&name));
+    let reconnect = r.reconnect == Some(true);
     let (conn, cursors) = {
         let mut live = s.face.live.lock();
+        let open = if reconnect {
+            live.open_cursors(&id)
+        } else {
+            HashMap::new()
+        };
         let conn = live.attach(
             &id,
             &name,
@@ -68,7 +76,11 @@ pub(super) async fn register(
             s.out.clone(),
             &s.face.cfg.limits,
         )?;
-        (conn, live.come_back(&id))
+        let mut cursors = live.come_back(&id, s.face.cfg.reconnect_window);
+        for (room, at) in open {
+            cursors.entry(room).or_insert(at);
+        }
+        (conn, cursors)
     };
     s.conn_id = Some(conn);
     s.principal = principal;
@@ -196,6 +208,7 @@ pub(super) async fn went_offline(face: &Face, agent: &str) {
     for (gid, _) in rooms_of(face, agent) {
         live::turn_event(face, &gid, agent, "disconnected");
     }
+    super::coord::went_offline(face, agent).await;
 }
 
 /// The reconnect window ran out: the agent leaves every room.

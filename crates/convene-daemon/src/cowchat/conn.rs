@@ -23,7 +23,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::JoinHandle;
 
-use super::{agents, messages, rooms, Face};
+use super::{agents, coord, messages, rooms, Face};
 use crate::ipc::Trust;
 
 /// Outbound frames queued per connection before producers wait.
@@ -37,9 +37,15 @@ const IO_BUF: usize = 16 * 1024;
 const MAX_INFLIGHT: u32 = 256;
 
 /// The connection's outbound side, shared by the reader, heartbeat and push tasks.
+/// A queued line, and the push cursor to advance once it is written to the socket.
+type Line = (Vec<u8>, Option<(Arc<AtomicU64>, u64)>);
+
 pub(super) struct Outbox {
-    tx: mpsc::Sender<Vec<u8>>,
+    tx: mpsc::Sender<Line>,
     n: AtomicU64,
+    /// room id → how far this connection's push task has pushed (read by a reconnect that
+    /// arrives before this connection's close was noticed).
+    pub cursors: parking_lot::Mutex<HashMap<String, Arc<AtomicU64>>>,
 }
 
 impl Outbox {
@@ -50,7 +56,7 @@ impl Outbox {
 
     /// Queues a line; false when the connection is gone.
     pub(super) async fn send(&self, line: Vec<u8>) -> bool {
-        self.tx.send(line).await.is_ok()
+        self.tx.send((line, None)).await.is_ok()
     }
 
     /// Queues a frame of `ftype` answering `reply_to` (or unsolicited).
@@ -81,7 +87,7 @@ impl Outbox {
             payload,
         }
         .to_line();
-        let _ = self.tx.try_send(line);
+        let _ = self.tx.try_send((line, None));
     }
 
     /// Queues a frame whose payload is already serialized JSON (large answers).
@@ -96,6 +102,28 @@ impl Outbox {
             &id, ftype, reply_to, payload,
         ))
         .await
+    }
+
+    /// Queues a push whose delivery moves `cursor` to `seq` once written: a reconnect
+    /// replays from what reached the socket, not from what was merely queued.
+    pub(super) async fn push_tracked(
+        &self,
+        ftype: &str,
+        payload: &[u8],
+        ack: Option<(Arc<AtomicU64>, u64)>,
+    ) -> bool {
+        let id = self.next_id();
+        let line = convene_cowchat::frame::raw_line(&id, ftype, None, payload);
+        self.tx.send((line, ack)).await.is_ok()
+    }
+
+    /// Moves `cursor` to `seq` once everything queued before is written (a page of events
+    /// with nothing for this agent still moves its replay point).
+    pub(super) async fn ack(&self, cursor: Arc<AtomicU64>, seq: u64) -> bool {
+        self.tx
+            .send((Vec::new(), Some((cursor, seq))))
+            .await
+            .is_ok()
     }
 
     /// Queues an error frame.
@@ -168,6 +196,7 @@ impl Session {
         if let Some(s) = self.subs.remove(room_id) {
             s.handle.abort();
         }
+        self.out.cursors.lock().remove(room_id);
     }
 
     /// The registered agent's id ("" before `register`).
@@ -190,6 +219,7 @@ where
     let out = Arc::new(Outbox {
         tx,
         n: AtomicU64::new(0),
+        cursors: parking_lot::Mutex::new(HashMap::new()),
     });
     let (close_tx, mut close_rx) = watch::channel(false);
     let close_tx = Arc::new(close_tx);
@@ -277,20 +307,27 @@ where
 
 async fn write_loop<W: AsyncWrite + Unpin>(
     mut w: BufWriter<W>,
-    mut rx: mpsc::Receiver<Vec<u8>>,
+    mut rx: mpsc::Receiver<Line>,
     close: Arc<watch::Sender<bool>>,
 ) {
+    let mut acks = Vec::new();
     while let Some(first) = rx.recv().await {
         let batch = async {
-            w.write_all(&first).await?;
+            w.write_all(&first.0).await?;
+            acks.extend(first.1);
             // Coalesce whatever is already queued into one flush.
             while let Ok(more) = rx.try_recv() {
-                w.write_all(&more).await?;
+                w.write_all(&more.0).await?;
+                acks.extend(more.1);
             }
             w.flush().await
         };
         match tokio::time::timeout(WRITE_STALL, batch).await {
-            Ok(Ok(())) => {}
+            Ok(Ok(())) => {
+                for (cursor, seq) in acks.drain(..) {
+                    cursor.fetch_max(seq, Ordering::Relaxed);
+                }
+            }
             _ => break,
         }
     }
@@ -376,6 +413,23 @@ async fn handle(s: &mut Session, f: Frame) -> bool {
         "set_presence" => agents::set_presence(s, p),
         "room_tip" => messages::room_tip(s, p).await,
         "thinking" => messages::thinking(s, p).await,
+        "create_vote" => coord::votes::create_vote(s, p).await,
+        "cast_vote" => coord::votes::cast_vote(s, p).await,
+        "get_vote_status" => coord::votes::get_vote_status(s, p).await,
+        "list_votes" => coord::votes::list_votes(s, p).await,
+        "elect_leader" => coord::elections::elect_leader(s, p).await,
+        "decline_election" => coord::elections::decline_election(s, p).await,
+        "decision" => coord::elections::decision(s, p).await,
+        "assign_task" => coord::tasks::assign_task(s, p).await,
+        "update_task" => coord::tasks::update_task(s, p).await,
+        "list_tasks" => {
+            let ok = match coord::tasks::list_tasks(s, p).await {
+                Ok(v) => s.out.frame("task_list", rid, v).await,
+                Err(e) => s.out.error(rid, &e).await,
+            };
+            settle_turns(s);
+            return ok;
+        }
         "get_history" => {
             return match messages::get_history(s, p).await {
                 Ok(raw) => s.out.frame_raw("ok", rid, &raw).await,
@@ -398,6 +452,8 @@ pub(super) enum After {
     Turn(String, String, &'static str),
     /// A transient push to these connections.
     Push(Vec<Arc<Outbox>>, &'static str, Value),
+    /// Work that must start after the answer (so ledger pushes it causes follow it).
+    Run(Box<dyn FnOnce() + Send + Sync>),
 }
 
 /// Applies what a handler left for after its answer.
@@ -408,6 +464,7 @@ fn settle_turns(s: &mut Session) {
                 super::live::turn_event(&s.face, &room, &agent, reason)
             }
             After::Push(outs, t, v) => super::live::fan_out(&outs, t, &v),
+            After::Run(f) => f(),
         }
     }
 }

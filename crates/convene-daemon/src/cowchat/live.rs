@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 
 use super::conn::Outbox;
 use super::keys::{Bucket, Limits};
-use super::{agents, rooms, Face, RECONNECT_WINDOW, RUNTIME};
+use super::{agents, rooms, Face, RUNTIME};
 use convene_cowchat::{ErrorCode, WireError};
 
 /// One open connection of a registered agent.
@@ -152,11 +152,34 @@ impl Live {
     }
 
     /// The replay cursors of an agent back within the reconnect window.
-    pub fn come_back(&mut self, agent: &str) -> HashMap<String, u64> {
+    pub fn come_back(&mut self, agent: &str, window: Duration) -> HashMap<String, u64> {
         match self.away.remove(agent) {
-            Some(a) if a.since.elapsed() <= RECONNECT_WINDOW => a.cursors,
+            Some(a) if a.since.elapsed() <= window => a.cursors,
             _ => HashMap::new(),
         }
+    }
+
+    /// The push cursors of the agent's connections that are still open (the oldest per
+    /// room): a client reconnecting before its old connection's close was noticed resumes
+    /// from there rather than from the head.
+    pub fn open_cursors(&self, agent: &str) -> HashMap<String, u64> {
+        let mut m: HashMap<String, u64> = HashMap::new();
+        for c in self
+            .agents
+            .get(agent)
+            .map(|a| a.conns.as_slice())
+            .unwrap_or_default()
+        {
+            if let Some(ci) = self.conns.get(c) {
+                for (room, at) in ci.out.cursors.lock().iter() {
+                    let v = at.load(std::sync::atomic::Ordering::Relaxed);
+                    m.entry(room.clone())
+                        .and_modify(|x| *x = (*x).min(v))
+                        .or_insert(v);
+                }
+            }
+        }
+        m
     }
 
     /// Notes activity (for `last_active`).
@@ -333,7 +356,10 @@ pub(super) fn adopt_members_at_start(face: &Face) {
 pub(super) fn spawn_reaper(face: Arc<Face>) {
     tokio::spawn(async move {
         let mut stop = face.d.shutdown_rx();
-        let mut tick = tokio::time::interval(Duration::from_secs(2));
+        let window = face.cfg.reconnect_window;
+        let mut tick = tokio::time::interval(
+            (window / 4).clamp(Duration::from_millis(100), Duration::from_secs(2)),
+        );
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
@@ -344,7 +370,7 @@ pub(super) fn spawn_reaper(face: Arc<Face>) {
                 let gone: Vec<String> = live
                     .away
                     .iter()
-                    .filter(|(_, a)| a.since.elapsed() > RECONNECT_WINDOW)
+                    .filter(|(_, a)| a.since.elapsed() > window)
                     .map(|(k, _)| k.clone())
                     .collect();
                 for g in &gone {

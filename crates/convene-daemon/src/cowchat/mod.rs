@@ -6,6 +6,7 @@
 
 mod agents;
 mod conn;
+mod coord;
 mod keys;
 mod live;
 mod messages;
@@ -40,8 +41,9 @@ pub(crate) const RUNTIME: &str = "cowchat";
 /// Event kind of a thinking pulse: persisted, in history, never a `chat.message` (so it
 /// neither wakes `wait` nor lands in CCCS inboxes).
 pub(crate) const THINKING_KIND: &str = "x.cowchat.thinking";
-/// How long a disconnected agent keeps its memberships and its replay cursors.
-pub(crate) const RECONNECT_WINDOW: Duration = Duration::from_secs(120);
+/// How long a disconnected agent keeps its memberships and its replay cursors (the
+/// specification's window; `serve --cowchat-reconnect-secs` changes it, for tests).
+pub const RECONNECT_WINDOW: Duration = Duration::from_secs(120);
 
 /// Settings of the face.
 #[derive(Debug, Clone)]
@@ -50,6 +52,8 @@ pub struct FaceConfig {
     pub home: PathBuf,
     /// Per-key limits.
     pub limits: Limits,
+    /// How long a disconnected agent keeps its rooms and replay cursors.
+    pub reconnect_window: Duration,
 }
 
 /// Daemon-wide state of the face.
@@ -59,6 +63,8 @@ pub struct Face {
     live: Mutex<live::Live>,
     /// Serializes room creation, rename and removal so a name is taken once.
     rooms_lock: tokio::sync::Mutex<()>,
+    /// Votes, elections, leaders and tasks (projection of the `x.cowchat.*` events).
+    coord: coord::Coord,
 }
 
 impl Face {
@@ -70,8 +76,10 @@ impl Face {
             cfg,
             live: Mutex::new(live::Live::default()),
             rooms_lock: tokio::sync::Mutex::new(()),
+            coord: coord::Coord::new(),
         });
         rooms::ensure_lobby(&face).await;
+        coord::start(&face).await;
         live::adopt_members_at_start(&face);
         live::spawn_reaper(face.clone());
         face

@@ -1,6 +1,7 @@
 //! Pushes for one joined room, derived from the ledger in its order: `message_received`,
-//! `mention`, `thinking`, `decision_made`, `agent_joined`, `agent_left` (and the
-//! coordination events of `coord`).
+//! `mention`, `thinking`, `decision_made`, `agent_joined`, `agent_left`, and the
+//! coordination events of `coord` (`vote_created`, `vote_result`, `election_started`,
+//! `leader_elected`, `leader_cleared`, `task_assigned`, `task_updated`; never ballots).
 //!
 //! Cursor-based exactly like `events_stream`: read `seq > cursor` from the hub's memory
 //! buffer, or from the store when the buffer no longer reaches back, then wait for the
@@ -115,7 +116,7 @@ async fn run(
     out: &Outbox,
     gid: &str,
     me: &str,
-    cursor: &AtomicU64,
+    cursor: &Arc<AtomicU64>,
 ) -> Result<(), String> {
     let hub = face.d.ledger.hub();
     let mut at = cursor.load(Ordering::Relaxed);
@@ -133,24 +134,31 @@ async fn run(
                 break;
             }
             for fe in page {
+                at = fe.seq;
                 let Some(e) = Stored::parse(&fe.json) else {
-                    at = fe.seq;
-                    cursor.store(at, Ordering::Relaxed);
                     continue;
                 };
                 // The agent left (maybe through another of its connections): stop here, so a
                 // non-member never sees the room's later messages.
                 if e.kind == kinds::ACTOR_REMOVE && e.actor().map(|a| a.0) == Some(me) {
-                    cursor.store(fe.seq, Ordering::Relaxed);
+                    cursor.fetch_max(at, Ordering::Relaxed);
                     return Ok(());
                 }
-                for (t, p) in pushes_of(&e, me) {
-                    if !out.frame_raw(t, None, &p).await {
+                let mut frames = pushes_of(&e, me);
+                if e.kind.starts_with("x.cowchat.") && !e.is_thinking() {
+                    frames.extend(super::coord::push_of(&fe.json, me));
+                }
+                let n = frames.len();
+                for (i, (t, p)) in frames.into_iter().enumerate() {
+                    // The event counts as delivered when its last frame is written.
+                    let ack = (i + 1 == n).then(|| (cursor.clone(), at));
+                    if !out.push_tracked(t, &p, ack).await {
                         return Ok(());
                     }
                 }
-                at = fe.seq;
-                cursor.store(at, Ordering::Relaxed);
+            }
+            if cursor.load(Ordering::Relaxed) < at && !out.ack(cursor.clone(), at).await {
+                return Ok(());
             }
         }
         if head_rx.changed().await.is_err() {

@@ -356,6 +356,7 @@ pub(super) async fn remove_member(
         .await
         .map_err(wire)?;
     live::turn_event(face, gid, agent, reason);
+    super::coord::member_gone(face, gid, agent, reason).await;
     let empty_ephemeral = {
         let eng = face.d.ledger.engine();
         eng.group(gid)

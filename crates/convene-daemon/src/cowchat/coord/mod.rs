@@ -1,0 +1,300 @@
+//! Coordination frames: sealed votes, leader elections, decisions and tasks.
+//!
+//! Everything durable is an `x.cowchat.*` ledger event in the room's group (see
+//! [`state`] for the kinds); [`State`] is their in-memory projection, rebuilt from the store
+//! at startup and updated after each append. Writes go through one lock, so a check and the
+//! append it guards are atomic (no double ballot, no two elections); reads take it too,
+//! because a push can reach a client before the event it shows is folded. Timers (vote deadlines,
+//! the election window) are tokio tasks; at startup a deadline or window that passed while
+//! the daemon was down is settled at once. Pushes come from the ledger (see [`push_of`]).
+
+pub(super) mod elections;
+mod seal;
+pub(crate) mod state;
+pub(super) mod tasks;
+pub(super) mod votes;
+
+use std::sync::Arc;
+
+use convene_core::Command;
+use convene_cowchat::{ErrorCode, WireError};
+use parking_lot::Mutex;
+use serde_json::Value;
+
+use super::conn::Session;
+use super::{rooms, wire, Face, SERVICE};
+use state::State;
+
+/// Events read per page when rebuilding.
+const PAGE: usize = 1000;
+
+/// The face's coordination state.
+pub(super) struct Coord {
+    /// The projection (held briefly, never across an await).
+    pub state: Mutex<State>,
+    /// Serializes check-then-append of every coordination write.
+    pub write: tokio::sync::Mutex<()>,
+    sealer: Mutex<Option<Arc<seal::Sealer>>>,
+}
+
+impl Coord {
+    /// Empty state (filled by [`start`]).
+    pub fn new() -> Self {
+        Self {
+            state: Mutex::new(State::default()),
+            write: tokio::sync::Mutex::new(()),
+            sealer: Mutex::new(None),
+        }
+    }
+}
+
+/// The ballot sealer, loading (or creating) the key on first use.
+fn sealer(face: &Face) -> Result<Arc<seal::Sealer>, WireError> {
+    let mut g = face.coord.sealer.lock();
+    if let Some(s) = &*g {
+        return Ok(s.clone());
+    }
+    let s = Arc::new(
+        seal::Sealer::load(&face.cfg.home)
+            .map_err(|e| WireError::new(ErrorCode::Internal, e.to_string()))?,
+    );
+    *g = Some(s.clone());
+    Ok(s)
+}
+
+/// Appends one coordination event and folds it into the projection.
+async fn append(
+    face: &Face,
+    room: &str,
+    by: &str,
+    kind: &str,
+    data: Value,
+) -> Result<(), WireError> {
+    let c = face
+        .d
+        .ledger
+        .execute(Command::AppendExtension {
+            group_id: room.to_string(),
+            by: by.to_string(),
+            kind: kind.to_string(),
+            data,
+        })
+        .await
+        .map_err(wire)?;
+    if let Some(e) = c.primary() {
+        face.coord
+            .state
+            .lock()
+            .apply(room, kind, by, &e.ts, &e.data);
+    }
+    Ok(())
+}
+
+/// Checks that the room exists and the agent is a member of it.
+pub(super) fn check_member(face: &Face, room: &str, agent: &str) -> Result<(), WireError> {
+    let eng = face.d.ledger.engine();
+    let g = rooms::room(&eng, room)?;
+    if g.actor(agent).is_none() {
+        return Err(WireError::new(
+            ErrorCode::NotInRoom,
+            format!("{agent} is not a member of {room}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Rebuilds the projection from every room's coordination events, then settles what came
+/// due while the daemon was down and arms the remaining timers. Leaders are cleared: every
+/// connection closed when the daemon stopped, and leadership ends when its holder
+/// disconnects.
+pub(super) async fn start(face: &Arc<Face>) {
+    let rooms: Vec<String> = {
+        let eng = face.d.ledger.engine();
+        eng.groups()
+            .into_iter()
+            .filter(|g| rooms::is_room(g))
+            .map(|g| g.group_id.clone())
+            .collect()
+    };
+    let readers = face.d.ledger.readers().clone();
+    let kinds: Vec<String> = state::KINDS.iter().map(|k| k.to_string()).collect();
+    let t0 = std::time::Instant::now();
+    let n_rooms = rooms.len();
+    let read = super::messages::blocking(move || {
+        let mut st = State::default();
+        let mut n = 0usize;
+        for gid in &rooms {
+            let mut at = 0;
+            loop {
+                let page = readers.events_after(gid, at, PAGE, &kinds)?;
+                n += page.len();
+                for e in &page {
+                    if let Ok(v) = serde_json::from_str::<Value>(&e.json) {
+                        let data = v.get("data").cloned().unwrap_or(Value::Null);
+                        st.apply(gid, &e.kind, &e.by, &e.ts, &data);
+                    }
+                }
+                match page.last() {
+                    Some(l) if page.len() == PAGE => at = l.seq,
+                    _ => break,
+                }
+            }
+        }
+        Ok((st, n))
+    })
+    .await;
+    match read {
+        Ok((st, n)) => {
+            tracing::info!(
+                rooms = n_rooms,
+                events = n,
+                ms = t0.elapsed().as_millis() as u64,
+                "cowchat: votes, elections and tasks rebuilt from the ledger"
+            );
+            *face.coord.state.lock() = st;
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cowchat: could not rebuild votes, elections and tasks");
+            return;
+        }
+    }
+    let leaders: Vec<(String, String)> = {
+        let st = face.coord.state.lock();
+        st.leaders
+            .iter()
+            .map(|(r, (l, _))| (r.clone(), l.clone()))
+            .collect()
+    };
+    for (room, leader) in leaders {
+        clear_leader(face, &room, &leader, "leader disconnected").await;
+    }
+    votes::arm_all(face);
+    elections::arm_all(face);
+}
+
+/// A member left a room (or its reconnect window ran out): its leadership ends.
+pub(super) async fn member_gone(face: &Face, room: &str, agent: &str, reason: &str) {
+    let why = if reason == "left" {
+        "leader left"
+    } else {
+        "leader disconnected"
+    };
+    clear_leader(face, room, agent, why).await;
+}
+
+/// The agent's last connection closed: it stops leading every room it led.
+pub(super) async fn went_offline(face: &Face, agent: &str) {
+    let led: Vec<String> = {
+        let st = face.coord.state.lock();
+        st.leaders
+            .iter()
+            .filter(|(_, (l, _))| l == agent)
+            .map(|(r, _)| r.clone())
+            .collect()
+    };
+    for room in led {
+        clear_leader(face, &room, agent, "leader disconnected").await;
+    }
+}
+
+/// Appends `x.cowchat.leader.cleared` when `agent` still leads `room`.
+async fn clear_leader(face: &Face, room: &str, agent: &str, reason: &str) {
+    let _one = face.coord.write.lock().await;
+    let leads = face
+        .coord
+        .state
+        .lock()
+        .leader(room)
+        .is_some_and(|(l, _)| l == agent);
+    if !leads {
+        return;
+    }
+    let data = serde_json::json!({"reason": reason, "leader_id": agent});
+    if let Err(e) = append(face, room, SERVICE, state::LEADER_CLEARED, data).await {
+        tracing::debug!(room, error = %e, "cowchat: could not clear the leader");
+        // The room is gone or the ledger stopped: forget the leader anyway.
+        face.coord.state.lock().leaders.remove(room);
+    }
+}
+
+/// The push frame of a coordination event, for agent `me`. Ballots and declines are never
+/// pushed. An agent's own actions (vote created, election started, task assigned or
+/// updated) are not pushed back to it: its answer carries the same object, and an echo
+/// would race with that answer. Server-authored events (result, leader elected or cleared)
+/// go to every member.
+pub(super) fn push_of(json: &str, me: &str) -> Option<(&'static str, Vec<u8>)> {
+    let ev: Value = serde_json::from_str(json).ok()?;
+    let kind = ev.get("kind")?.as_str()?;
+    let by = ev.get("by")?.as_str()?;
+    let room = ev.get("group_id")?.as_str()?;
+    let d = ev.get("data")?;
+    let own = by == me;
+    let server = by == SERVICE;
+    let g = |k: &str| d.get(k).cloned().unwrap_or(Value::Null);
+    let (t, p) = match kind {
+        state::VOTE_CREATED if !own => (
+            "vote_created",
+            serde_json::json!({
+                "vote_id": g("vote_id"), "room_id": room, "title": g("title"),
+                "description": g("description"), "options": g("options"),
+                "eligible_voters": d.get("eligible_voters").and_then(Value::as_array).map_or(0, Vec::len),
+                "eligible_voter_ids": g("eligible_voters"),
+                "duration_secs": g("duration_secs"), "deadline": g("deadline"),
+                "created_by": g("created_by"), "created_at": ev.get("ts"),
+            }),
+        ),
+        state::VOTE_RESULT if server => {
+            let mut p = d.clone();
+            p["room_id"] = Value::from(room);
+            p["closed_at"] = ev.get("ts").cloned().unwrap_or(Value::Null);
+            ("vote_result", p)
+        }
+        state::ELECTION_STARTED if !own => {
+            let mut p = d.clone();
+            p["room_id"] = Value::from(room);
+            ("election_started", p)
+        }
+        state::LEADER_ELECTED if server => (
+            "leader_elected",
+            serde_json::json!({"room_id": room, "leader_id": g("leader_id"), "leader_name": g("leader_name")}),
+        ),
+        state::LEADER_CLEARED if server => (
+            "leader_cleared",
+            serde_json::json!({"room_id": room, "reason": g("reason"), "leader_id": g("leader_id")}),
+        ),
+        state::TASK_ASSIGNED if !own => {
+            let mut p = d.clone();
+            p["room_id"] = Value::from(room);
+            ("task_assigned", p)
+        }
+        state::TASK_UPDATED if !own => {
+            let mut p = d.clone();
+            p["room_id"] = Value::from(room);
+            p["updated_by"] = Value::from(by);
+            ("task_updated", p)
+        }
+        _ => return None,
+    };
+    Some((t, serde_json::to_vec(&p).ok()?))
+}
+
+/// The registered agent of a session, as (id, name).
+fn who(s: &Session) -> (String, String) {
+    let id = s.me().to_string();
+    let name = s
+        .agent
+        .as_ref()
+        .map(|a| a.name.clone())
+        .unwrap_or_else(|| id.clone());
+    (id, name)
+}
+
+/// The display name of a room member (its actor title), falling back to the id.
+fn member_name(face: &Face, room: &str, agent: &str) -> String {
+    let eng = face.d.ledger.engine();
+    eng.group(room)
+        .and_then(|g| g.actor(agent))
+        .map(|a| a.title.clone())
+        .filter(|t| !t.is_empty())
+        .unwrap_or_else(|| agent.to_string())
+}

@@ -1,0 +1,247 @@
+//! Sealed-ballot votes: `create_vote`, `cast_vote`, `get_vote_status`, `list_votes`, and
+//! the close (reveal) when every eligible voter voted or the deadline passed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use convene_cowchat::{parse, CastVote, CreateVote, ErrorCode, ListVotes, VoteRef, WireError};
+use serde_json::{json, Map, Value};
+use time::OffsetDateTime;
+
+use super::super::conn::{After, Session};
+use super::super::{Face, SERVICE};
+use super::state::{self, Vote};
+use super::{append, check_member, member_name, seal, sealer};
+
+/// Longest vote deadline accepted (30 days).
+const MAX_DURATION_SECS: u64 = 30 * 24 * 3600;
+/// `list_votes` without `limit`.
+const DEFAULT_LIST: u64 = 20;
+/// Largest `list_votes` `limit` (larger values are clamped).
+const MAX_LIST: u64 = 1000;
+
+fn not_found(id: &str) -> WireError {
+    WireError::new(ErrorCode::VoteNotFound, format!("no vote {id}"))
+}
+
+/// The vote, if its room still exists.
+fn vote(face: &Face, id: &str) -> Result<Vote, WireError> {
+    let v = face
+        .coord
+        .state
+        .lock()
+        .votes
+        .get(id)
+        .cloned()
+        .ok_or_else(|| not_found(id))?;
+    if face.d.ledger.engine().group(&v.room_id).is_none() {
+        return Err(not_found(id));
+    }
+    Ok(v)
+}
+
+/// `create_vote`: the room's members now are its eligible voters.
+pub(in super::super) async fn create_vote(
+    s: &mut Session,
+    payload: Map<String, Value>,
+) -> Result<Value, WireError> {
+    let c: CreateVote = parse(payload)?;
+    c.validate()?;
+    if let Some(d) = c.duration_secs {
+        if d == 0 || d > MAX_DURATION_SECS {
+            return Err(WireError::payload(format!(
+                "duration_secs must be 1-{MAX_DURATION_SECS}"
+            )));
+        }
+    }
+    let me = s.me().to_string();
+    check_member(&s.face, &c.room_id, &me)?;
+    let face = s.face.clone();
+    let _one = face.coord.write.lock().await;
+    let eligible: Vec<String> = {
+        let eng = face.d.ledger.engine();
+        let g = super::super::rooms::room(&eng, &c.room_id)?;
+        g.collaborators().map(|a| a.id.clone()).collect()
+    };
+    let id = seal::new_id("vote");
+    let deadline = c.duration_secs.map(|d| {
+        convene_core::event::format_ts(
+            OffsetDateTime::now_utc() + time::Duration::seconds(d as i64),
+        )
+    });
+    let data = json!({
+        "vote_id": id, "title": c.title, "description": c.description, "options": c.options,
+        "eligible_voters": eligible, "duration_secs": c.duration_secs, "deadline": deadline,
+        "created_by": me,
+    });
+    append(&face, &c.room_id, &me, state::VOTE_CREATED, data).await?;
+    if let Some(d) = &deadline {
+        arm(face.clone(), id.clone(), d.clone());
+    }
+    Ok(vote(&face, &id)?.status_value())
+}
+
+/// `cast_vote`: stores the sealed ballot; answers counts only. The last eligible ballot
+/// closes the vote right after the answer.
+pub(in super::super) async fn cast_vote(
+    s: &mut Session,
+    payload: Map<String, Value>,
+) -> Result<Value, WireError> {
+    let c: CastVote = parse(payload)?;
+    let me = s.me().to_string();
+    let face = s.face.clone();
+    let _one = face.coord.write.lock().await;
+    let v = vote(&face, &c.vote_id)?;
+    if !v.is_open() {
+        return Err(WireError::new(
+            ErrorCode::VoteClosed,
+            format!("vote {} is closed", v.vote_id),
+        ));
+    }
+    if c.option_index >= v.options.len() as u64 {
+        return Err(WireError::new(
+            ErrorCode::InvalidOption,
+            format!("option_index must be 0-{}", v.options.len() - 1),
+        ));
+    }
+    if !v.eligible.contains(&me) {
+        return Err(WireError::new(
+            ErrorCode::NotInRoom,
+            format!("{me} was not a member of the room when the vote was created"),
+        ));
+    }
+    if v.has_voted(&me) {
+        return Err(WireError::new(
+            ErrorCode::AlreadyVoted,
+            format!("{me} already voted"),
+        ));
+    }
+    let sealed = sealer(&face)?
+        .seal(&v.vote_id, &me, c.option_index as u32)
+        .map_err(|e| WireError::new(ErrorCode::Internal, e.to_string()))?;
+    let data = json!({"vote_id": v.vote_id, "agent_id": me, "sealed": sealed});
+    append(&face, &v.room_id, &me, state::VOTE_BALLOT, data).await?;
+    let v = vote(&face, &c.vote_id)?;
+    if v.all_voted() {
+        let (f, id) = (face.clone(), v.vote_id.clone());
+        s.after.push(After::Run(Box::new(move || {
+            tokio::spawn(async move { close(f, id, "all_voted").await });
+        })));
+    }
+    Ok(json!({
+        "vote_id": v.vote_id,
+        "votes_cast": v.ballots.len(),
+        "eligible_voters": v.eligible.len(),
+    }))
+}
+
+/// `get_vote_status`: counts while open; tally and ballots once closed.
+pub(in super::super) async fn get_vote_status(
+    s: &Session,
+    payload: Map<String, Value>,
+) -> Result<Value, WireError> {
+    let r: VoteRef = parse(payload)?;
+    // A push of this vote may have overtaken the fold of its event: wait for writes.
+    let _settled = s.face.coord.write.lock().await;
+    let v = vote(&s.face, &r.vote_id)?;
+    check_member(&s.face, &v.room_id, s.me())?;
+    Ok(v.status_value())
+}
+
+/// `list_votes`: the room's votes, newest first.
+pub(in super::super) async fn list_votes(
+    s: &Session,
+    payload: Map<String, Value>,
+) -> Result<Value, WireError> {
+    let l: ListVotes = parse(payload)?;
+    check_member(&s.face, &l.room_id, s.me())?;
+    let limit = l.limit.unwrap_or(DEFAULT_LIST).clamp(1, MAX_LIST) as usize;
+    let _settled = s.face.coord.write.lock().await;
+    let st = s.face.coord.state.lock();
+    let votes: Vec<Value> = st
+        .room_votes
+        .get(&l.room_id)
+        .map(|ids| {
+            ids.iter()
+                .rev()
+                .filter_map(|id| st.votes.get(id))
+                .take(limit)
+                .map(Vote::status_value)
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(json!({"room_id": l.room_id, "votes": votes}))
+}
+
+/// Reveals a vote: opens every ballot and appends `x.cowchat.vote.result` (no-op when it is
+/// already closed). A ballot that does not open under this daemon's key (the key file was
+/// replaced) is left out of the tally and logged.
+pub(super) async fn close(face: Arc<Face>, id: String, reason: &str) {
+    let _one = face.coord.write.lock().await;
+    let Some(v) = face.coord.state.lock().votes.get(&id).cloned() else {
+        return;
+    };
+    if !v.is_open() || face.d.ledger.engine().group(&v.room_id).is_none() {
+        return;
+    }
+    let sealer = match sealer(&face) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(vote = %id, error = %e, "cowchat: cannot open ballots");
+            return;
+        }
+    };
+    let mut opened = Vec::with_capacity(v.ballots.len());
+    for (agent, blob) in &v.ballots {
+        match sealer.open(&v.vote_id, agent, blob) {
+            Ok(i) if (i as usize) < v.options.len() => {
+                opened.push((
+                    agent.clone(),
+                    member_name(&face, &v.room_id, agent),
+                    i as usize,
+                ));
+            }
+            _ => tracing::warn!(vote = %id, agent, "cowchat: a sealed ballot does not open"),
+        }
+    }
+    let data = state::result_data(&v, &opened, reason);
+    if let Err(e) = append(&face, &v.room_id, SERVICE, state::VOTE_RESULT, data).await {
+        tracing::warn!(vote = %id, error = %e, "cowchat: could not reveal a vote");
+    }
+}
+
+/// Closes the vote at its deadline (at once when it already passed).
+fn arm(face: Arc<Face>, id: String, deadline: String) {
+    tokio::spawn(async move {
+        let due = convene_core::event::parse_ts(&deadline)
+            .map(|d| d - OffsetDateTime::now_utc())
+            .and_then(|left| Duration::try_from(left).ok())
+            .unwrap_or(Duration::ZERO);
+        let mut stop = face.d.shutdown_rx();
+        tokio::select! {
+            _ = tokio::time::sleep(due) => close(face, id, "deadline").await,
+            _ = stop.changed() => {}
+        }
+    });
+}
+
+/// At startup: arms every open vote's deadline (closing the overdue ones now) and closes
+/// votes whose last ballot landed just before the daemon stopped.
+pub(super) fn arm_all(face: &Arc<Face>) {
+    let open: Vec<(String, Option<String>, bool)> = {
+        let st = face.coord.state.lock();
+        st.votes
+            .values()
+            .filter(|v| v.is_open())
+            .map(|v| (v.vote_id.clone(), v.deadline.clone(), v.all_voted()))
+            .collect()
+    };
+    for (id, deadline, all) in open {
+        if all {
+            let f = face.clone();
+            tokio::spawn(async move { close(f, id, "all_voted").await });
+        } else if let Some(d) = deadline {
+            arm(face.clone(), id, d);
+        }
+    }
+}

@@ -1,0 +1,165 @@
+"""Cowchat coordination frames against a real daemon: sealed ballots stay secret in the
+shared ledger until the reveal, a deadline vote survives a kill -9, elections with an
+opt-out, leader-only decisions, and leadership clearing on leave and on disconnect."""
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import stat
+import time
+
+import pytest
+from conftest import Daemon
+from test_cowchat import CC, error_code, free_port, make_room, raw_ipc
+
+
+def start(home, port: int) -> Daemon:
+    d = Daemon(home, ["--cowchat-tcp", f"127.0.0.1:{port}"]).start()
+    d.cowchat_tcp = ("tcp", ("127.0.0.1", port))
+    d.cowchat_unix = ("unix", str(home / "daemon" / "cowchat.sock"))
+    return d
+
+
+@pytest.fixture
+def cow(home):
+    d = start(home, free_port())
+    yield d
+    d.stop()
+
+
+def ledger(cow, room: str) -> list[dict]:
+    """Every event of the room, read raw through the CCCS IPC `events_stream`."""
+    lines = raw_ipc(cow, {"v": 1, "op": "events_stream", "args": {"group_id": room, "since_seq": 0, "follow": False}})
+    assert lines[0]["ok"] is True
+    return [l["event"] for l in lines[1:] if l.get("t") == "event"]
+
+
+def wait_closed(c: CC, vote_id: str, timeout: float = 15.0) -> dict:
+    """The vote's status once it is closed (polls; the close runs on the daemon's timers)."""
+    deadline = time.time() + timeout
+    while True:
+        st = c.ok("get_vote_status", {"vote_id": vote_id})
+        if st["status"] == "closed" or time.time() > deadline:
+            assert st["status"] == "closed", st
+            return st
+        time.sleep(0.05)
+
+
+def pair(cow, room_name: str = "room"):
+    a, b = CC(cow.cowchat_unix), CC(cow.cowchat_tcp)
+    aid, bid = a.register("alice", agent_id="alice"), b.register("bob", agent_id="bob")
+    room = make_room(a, room_name)
+    b.ok("join_room", {"room_id": room})
+    a.push("agent_joined")
+    return a, b, aid, bid, room
+
+
+def test_sealed_ballots_are_secret_in_the_ledger_until_all_voted(cow):
+    a, b, aid, bid, room = pair(cow)
+    v = a.ok("create_vote", {"room_id": room, "title": "Pick", "options": ["A", "B", "C"]})
+    assert v["status"] == "open" and v["eligible_voters"] == 2
+    created = b.push("vote_created")["payload"]
+    assert created["vote_id"] == v["vote_id"] and created["eligible_voter_ids"] == [aid, bid]
+    assert a.ok("cast_vote", {"vote_id": v["vote_id"], "option_index": 2}) == {
+        "vote_id": v["vote_id"], "votes_cast": 1, "eligible_voters": 2}
+    # Another face reads the same ledger: the ballot is there, its choice is not.
+    ballots = [e for e in ledger(cow, room) if e["kind"] == "x.cowchat.vote.ballot"]
+    assert len(ballots) == 1 and ballots[0]["by"] == aid
+    data = ballots[0]["data"]
+    assert set(data) == {"vote_id", "agent_id", "sealed"}
+    raw = base64.b64decode(data["sealed"])
+    assert len(raw) == 12 + 4 + 16  # nonce, a 4-byte index, the tag: every ballot alike
+    assert b"\x02\x00\x00\x00" not in raw[12:]  # the index never shows in clear
+    assert not [e for e in ledger(cow, room) if e["kind"] == "x.cowchat.vote.result"]
+    key = cow.home / "cowchat" / "seal.key"
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600 and len(key.read_bytes()) == 32
+    # While open: counts only.
+    st = b.ok("get_vote_status", {"vote_id": v["vote_id"]})
+    assert st["status"] == "open" and st["votes_cast"] == 1
+    assert "tally" not in st and "ballots" not in st
+    # The last ballot reveals to everyone at once.
+    b.ok("cast_vote", {"vote_id": v["vote_id"], "option_index": 0})
+    for c in (a, b):
+        r = c.push("vote_result")["payload"]
+        assert r["vote_id"] == v["vote_id"] and r["reason"] == "all_voted"
+        assert [t["count"] for t in r["tally"]] == [1, 0, 1]
+        assert {x["agent_id"]: x["option_index"] for x in r["ballots"]} == {aid: 2, bid: 0}
+    # No connection ever got a ballot push.
+    for c in (a, b):
+        assert not [f for f in c.pending if "ballot" in f["type"] or "sealed" in json.dumps(f)]
+    results = [e for e in ledger(cow, room) if e["kind"] == "x.cowchat.vote.result"]
+    assert len(results) == 1 and results[0]["data"]["total_votes"] == 2
+    closed = a.ok("get_vote_status", {"vote_id": v["vote_id"]})
+    assert closed["status"] == "closed" and closed["tally"][2]["count"] == 1
+
+
+def test_deadline_vote_survives_kill_9_and_is_revealed_after_restart(home):
+    port = free_port()
+    d = start(home, port)
+    try:
+        a, b, aid, bid, room = pair(d)
+        v = a.ok("create_vote", {"room_id": room, "title": "Ship?", "options": ["yes", "no"], "duration_secs": 2})
+        assert v["deadline"]
+        b.ok("cast_vote", {"vote_id": v["vote_id"], "option_index": 1})
+        # A second vote whose deadline is still ahead at the restart: re-armed, not closed early.
+        later = a.ok("create_vote", {"room_id": room, "title": "Later?", "options": ["x", "y"], "duration_secs": 5})
+        a.ok("cast_vote", {"vote_id": later["vote_id"], "option_index": 0})
+        d.kill9()
+        # Let the deadline pass while the daemon is down.
+        time.sleep(2.5)
+        d = start(home, port)
+        a2 = CC(d.cowchat_unix)
+        assert a2.register("alice", agent_id="alice")
+        st = wait_closed(a2, v["vote_id"])
+        assert st["reason"] == "deadline"
+        assert st["total_votes"] == 1 and st["ballots"] == [{"agent_id": bid, "agent_name": "bob", "option_index": 1}]
+        assert error_code(a2.req("cast_vote", {"vote_id": v["vote_id"], "option_index": 0})) == "vote_closed"
+        st2 = wait_closed(a2, later["vote_id"])
+        assert st2["reason"] == "deadline" and st2["closed_at"] >= later["deadline"]
+        assert st2["ballots"] == [{"agent_id": aid, "agent_name": "alice", "option_index": 0}]
+        listed = a2.ok("list_votes", {"room_id": room})["votes"]
+        assert [x["vote_id"] for x in listed] == [later["vote_id"], v["vote_id"]]
+    finally:
+        d.stop()
+
+
+def test_election_with_decline_then_leader_only_decision(cow):
+    a, b, aid, bid, room = pair(cow, "council")
+    started = a.ok("elect_leader", {"room_id": room})
+    assert started["candidates"] == [aid, bid] and started["opt_out_seconds"] == 2
+    assert b.push("election_started")["payload"]["started_by"] == aid
+    assert error_code(b.req("elect_leader", {"room_id": room})) == "election_in_progress"
+    b.ok("decline_election", {"room_id": room})
+    for c in (a, b):
+        got = c.push("leader_elected")["payload"]
+        assert got["leader_id"] == aid and got["leader_name"] == "alice"
+    assert error_code(b.req("decision", {"room_id": room, "content": "no"})) == "not_leader"
+    sent = a.ok("decision", {"room_id": room, "content": "Plan B"})
+    assert sent["metadata"]["type"] == "decision"
+    made = b.push("decision_made")["payload"]
+    assert made["leader_id"] == aid and made["content"] == "Plan B" and made["message_id"] == sent["message_id"]
+    # The decision is an ordinary chat.message in the shared ledger.
+    ev = [e for e in ledger(cow, room) if e["id"] == sent["message_id"]][0]
+    assert ev["kind"] == "chat.message" and ev["data"]["cowchat"]["decision"] is True
+
+
+def test_leadership_clears_when_the_leader_leaves_or_disconnects(cow):
+    a, b, aid, bid, room = pair(cow, "council")
+    a.ok("elect_leader", {"room_id": room})
+    a.ok("decline_election", {"room_id": room})
+    assert b.push("leader_elected")["payload"]["leader_id"] == bid
+    b.ok("leave_room", {"room_id": room})
+    cleared = a.push("leader_cleared")["payload"]
+    assert cleared == {"room_id": room, "reason": "leader left", "leader_id": bid}
+    assert error_code(b.req("decision", {"room_id": room, "content": "x"})) == "not_in_room"
+    # Now alice leads, then her only connection closes: bob (back in the room) sees it.
+    b.ok("join_room", {"room_id": room})
+    a.ok("elect_leader", {"room_id": room})
+    b.ok("decline_election", {"room_id": room})
+    assert b.push("leader_elected")["payload"]["leader_id"] == aid
+    a.close()
+    cleared = b.push("leader_cleared")["payload"]
+    assert cleared["reason"] == "leader disconnected" and cleared["leader_id"] == aid
+    kinds = [e["kind"] for e in ledger(cow, room) if e["kind"].startswith("x.cowchat.leader")]
+    assert kinds == ["x.cowchat.leader.elected", "x.cowchat.leader.cleared"] * 2

@@ -1,0 +1,207 @@
+"""Cowchat rooms and principals at the boundary a client sees: private rooms per API key,
+agent ids bound to their key, per-key limits, key rotation, the reconnect window (memberships
+restored and missed messages replayed), the turn token's three rules, end-to-end encrypted
+rooms refusing plaintext, and ephemeral rooms removed with their last member."""
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+from conftest import Daemon, convene_bin
+from test_cowchat import CC, error_code, free_port
+
+# The issue's known answer: a real sealed blob (secret "correct horse battery staple",
+# room "room-abc", nonce 00..0b, plaintext "hello world").
+SEALED = "cow1:AAECAwQFBgcICQoLIyz9JMG5YnCtToYuqTS/uVRA+WmFnXIPxIAT"
+
+
+def start(home, *extra: str) -> Daemon:
+    port = free_port()
+    d = Daemon(home, ["--cowchat-tcp", f"127.0.0.1:{port}", *extra]).start()
+    d.cowchat_tcp = ("tcp", ("127.0.0.1", port))
+    d.cowchat_unix = ("unix", str(home / "daemon" / "cowchat.sock"))
+    return d
+
+
+@pytest.fixture
+def cow(home):
+    d = start(home)
+    yield d
+    d.stop()
+
+
+def auth(home, *args: str) -> str:
+    out = subprocess.run([convene_bin(), "--home", str(home), "auth", *args],
+                         check=True, capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+def reg(c: CC, name: str, key: str = "", **extra) -> dict:
+    return c.req("register", {"name": name, "key": key, "protocol_version": 2, "agent_id": name, **extra})
+
+
+def test_private_rooms_are_visible_only_to_their_key_and_ids_are_bound_to_keys(cow):
+    other = auth(cow.home, "add-key", "team-b")
+    assert "team-b" in auth(cow.home, "list-keys").split()
+    a = CC(cow.cowchat_unix)
+    assert reg(a, "alice")["type"] == "ok"
+    priv = a.ok("create_room", {"name": "secret-plans"})
+    assert priv["public"] is False
+    pub = a.ok("create_room", {"name": "open-coord", "public": True})
+    b = CC(cow.cowchat_unix)
+    assert error_code(reg(b, "bob", "not-a-key")) == "unauthorized"
+    b = CC(cow.cowchat_unix)
+    assert reg(b, "bob", other)["type"] == "ok"
+    names = {r["name"] for r in b.ok("list_rooms")["rooms"]}
+    assert "open-coord" in names and "lobby" in names and "secret-plans" not in names
+    assert error_code(b.req("join_room", {"room_id": priv["room_id"]})) == "access_denied"
+    assert error_code(b.req("room_info", {"room_id": priv["room_id"]})) == "access_denied"
+    b.ok("join_room", {"room_id": pub["room_id"]})
+    b.ok("join_room", {"name": "lobby"})
+    # The same key sees its own private room.
+    a2 = CC(cow.cowchat_tcp)
+    assert reg(a2, "alice2")["type"] == "ok"
+    assert "secret-plans" in {r["name"] for r in a2.ok("list_rooms")["rooms"]}
+    # An agent id belongs to the key that first registered it.
+    c = CC(cow.cowchat_unix)
+    assert error_code(reg(c, "alice", other)) == "agent_id_taken"
+    # The owner key is never on the wire.
+    assert "owner" not in priv and all("owner" not in r for r in a.ok("list_rooms")["rooms"])
+
+
+def test_per_key_limits_are_enforced_and_nothing_acknowledged_is_lost(home):
+    d = start(home, "--cowchat-messages-per-sec", "1", "--cowchat-message-burst", "3",
+              "--cowchat-agents-per-key", "2", "--cowchat-rooms-per-key", "2")
+    try:
+        a = CC(d.cowchat_unix)
+        reg(a, "alice")
+        room = a.ok("create_room", {"name": "r1"})["room_id"]
+        a.ok("create_room", {"name": "r2"})
+        assert error_code(a.req("create_room", {"name": "r3"})) == "rate_limit_rooms"
+        a.ok("join_room", {"room_id": room})
+        sent = [a.ok("send_message", {"room_id": room, "content": f"m{i}"})["message_id"] for i in range(3)]
+        assert error_code(a.req("send_message", {"room_id": room, "content": "too fast"})) == "rate_limit_messages"
+        assert error_code(a.req("thinking", {"room_id": room, "content": "too fast"})) == "rate_limit_messages"
+        h = a.ok("get_history", {"room_id": room})["messages"]
+        assert [m["message_id"] for m in h] == sent
+        b = CC(d.cowchat_unix)
+        assert reg(b, "bob")["type"] == "ok"
+        c = CC(d.cowchat_unix)
+        assert error_code(reg(c, "carol")) == "rate_limit_agents"
+        # A second connection of an existing agent is not a new agent.
+        a2 = CC(d.cowchat_unix)
+        assert reg(a2, "alice")["type"] == "ok"
+    finally:
+        d.stop()
+
+
+def test_rotated_key_is_required_by_keyed_transports(home):
+    d = start(home, "--require-key")
+    try:
+        old = auth(home, "show-key")
+        c = CC(d.cowchat_tcp)
+        assert error_code(reg(c, "x")) == "unauthorized"  # keyless refused when keys are required
+        assert reg(CC(d.cowchat_tcp), "y", old)["type"] == "ok"
+        new = auth(home, "rotate-key")
+        assert new != old and auth(home, "show-key") == new
+        assert error_code(reg(CC(d.cowchat_tcp), "z", old)) == "unauthorized"
+        assert reg(CC(d.cowchat_tcp), "z", new)["type"] == "ok"
+        # The local socket stays keyless.
+        assert reg(CC(d.cowchat_unix), "w")["type"] == "ok"
+    finally:
+        d.stop()
+
+
+def test_reconnect_within_the_window_replays_missed_messages_then_the_window_closes(home):
+    d = start(home, "--cowchat-reconnect-secs", "2")
+    try:
+        a, b = CC(d.cowchat_unix), CC(d.cowchat_tcp)
+        reg(a, "alice")
+        reg(b, "bob")
+        room = a.ok("create_room", {"name": "r", "public": True})["room_id"]
+        a.ok("join_room", {"room_id": room})
+        b.ok("join_room", {"room_id": room})
+        a.push("agent_joined")
+        a.close()
+        missed = [b.ok("send_message", {"room_id": room, "content": f"while away {i}"})["seq"] for i in range(3)]
+        a = CC(d.cowchat_unix)
+        back = reg(a, "alice", reconnect=True)["payload"]
+        assert back["rooms"] == [room] and back["replayed"] is True
+        got = [a.push("message_received")["payload"] for _ in range(3)]
+        assert [m["seq"] for m in got] == missed
+        # Away longer than the window: the agent leaves its rooms (others see agent_left).
+        a.close()
+        left = b.push("agent_left", timeout=10)["payload"]
+        assert left["agent_id"] == "alice" and left["room_id"] == room
+        a = CC(d.cowchat_unix)
+        assert reg(a, "alice")["payload"]["rooms"] == []
+    finally:
+        d.stop()
+
+
+def test_ephemeral_room_goes_when_its_last_member_is_gone(home):
+    d = start(home, "--cowchat-reconnect-secs", "1")
+    try:
+        w = CC(d.cowchat_unix)
+        reg(w, "watcher")
+        a = CC(d.cowchat_unix)
+        reg(a, "alice")
+        eph = a.ok("create_room", {"name": "quick", "ephemeral": True, "public": True})["room_id"]
+        assert w.push("room_created")["payload"]["room_id"] == eph
+        a.ok("join_room", {"room_id": eph})
+        a.close()  # disconnect, not leave: the room lives until the window runs out
+        assert w.push("room_destroyed", timeout=10)["payload"]["room_id"] == eph
+        assert error_code(w.req("join_room", {"room_id": eph})) == "room_not_found"
+    finally:
+        d.stop()
+
+
+def test_turn_token_follows_the_three_rules(cow):
+    a, b, c = CC(cow.cowchat_unix), CC(cow.cowchat_unix), CC(cow.cowchat_unix)
+    for x, n in ((a, "a"), (b, "b"), (c, "c")):
+        reg(x, n)
+    room = a.ok("create_room", {"name": "t", "public": True})["room_id"]
+
+    def holder_seen(conn: CC, reason: str) -> str:
+        while True:
+            p = conn.push("turn_changed")["payload"]
+            if p["reason"] == reason:
+                return p["current_turn_holder"]
+
+    a.ok("join_room", {"room_id": room})
+    assert holder_seen(a, "joined") == "a"  # rule 1: first into an empty room
+    b.ok("join_room", {"room_id": room})
+    c.ok("join_room", {"room_id": room})
+    info = a.ok("room_info", {"room_id": room})
+    assert info["current_turn_holder"] == "a" and info["turn_order"] == ["a", "b", "c"]
+    a.ok("send_message", {"room_id": room, "content": "1"})
+    assert holder_seen(c, "message_sent") == "b"  # rule 2: the member after the sender
+    assert holder_seen(b, "message_sent") == "b"
+    c.ok("send_message", {"room_id": room, "content": "out of turn"})
+    assert holder_seen(b, "message_sent") == "a"  # wraps around; sends are never blocked
+    a.ok("thinking", {"room_id": room, "content": "hmm"})
+    assert a.ok("room_info", {"room_id": room})["current_turn_holder"] == "a"  # thinking keeps it
+    a.close()  # rule 3: the holder disconnects
+    assert holder_seen(b, "disconnected") == "b"
+    assert b.ok("room_info", {"room_id": room})["turn_order"] == ["b", "c"]
+
+
+def test_encrypted_room_refuses_plaintext_and_stores_sealed_blobs_as_given(cow):
+    a, b = CC(cow.cowchat_unix), CC(cow.cowchat_tcp)
+    reg(a, "alice")
+    reg(b, "bob")
+    room = a.ok("create_room", {"name": "vault", "encrypted": True, "public": True})
+    assert room["encrypted"] is True
+    rid = room["room_id"]
+    a.ok("join_room", {"room_id": rid})
+    b.ok("join_room", {"room_id": rid})
+    for ftype in ("send_message", "thinking"):
+        assert error_code(a.req(ftype, {"room_id": rid, "content": "the eagle lands"})) == "plaintext_in_encrypted_room"
+    assert error_code(a.req("send_message", {"room_id": rid, "content": "cow1:short"})) == "plaintext_in_encrypted_room"
+    a.ok("send_message", {"room_id": rid, "content": SEALED, "metadata": {"kind": "note"}})
+    a.ok("send_message", {"room_id": rid, "content": "clw1:" + SEALED[5:]})
+    got = b.push("message_received")["payload"]
+    assert got["content"] == SEALED and got["metadata"] == {"kind": "note"}
+    h = b.ok("get_history", {"room_id": rid})["messages"]
+    assert [m["content"][:5] for m in h] == ["cow1:", "clw1:"]
