@@ -43,6 +43,14 @@ enum Cmd {
         /// register with the API key.
         #[arg(long)]
         cowchat_tcp: Option<String>,
+        /// TEST ONLY: let Cowchat webhooks reach loopback and private addresses (disables
+        /// the SSRF guard). Never use on a daemon reachable by untrusted clients.
+        #[arg(long)]
+        cowchat_webhooks_allow_local: bool,
+        /// TEST ONLY: the webhook retry schedule's unit in milliseconds (retries at
+        /// +1, +4, +16, +64, +256 units; default 1000).
+        #[arg(long, env = "CONVENE_WEBHOOK_RETRY_SCALE_MS", hide = true)]
+        cowchat_webhooks_retry_unit_ms: Option<u64>,
     },
     /// Daemon status.
     Status,
@@ -112,11 +120,17 @@ fn main() -> Result<()> {
             require_key,
             heartbeat_ms,
             cowchat_tcp,
+            cowchat_webhooks_allow_local,
+            cowchat_webhooks_retry_unit_ms,
         } => {
             let mut cfg = convene_daemon::Config::new(home);
             cfg.tcp = tcp;
             cfg.tcp_require_key = require_key;
             cfg.cowchat_tcp = cowchat_tcp;
+            cfg.cowchat_webhooks.allow_local = cowchat_webhooks_allow_local;
+            if let Some(ms) = cowchat_webhooks_retry_unit_ms {
+                cfg.cowchat_webhooks.retry_unit = Duration::from_millis(ms.max(1));
+            }
             cfg.heartbeat = Duration::from_millis(heartbeat_ms.max(10));
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

@@ -47,6 +47,8 @@ pub struct Config {
     pub max_request_bytes: usize,
     /// Also serve Cowchat v2 on this TCP address (e.g. 127.0.0.1:9229).
     pub cowchat_tcp: Option<String>,
+    /// Cowchat webhook delivery settings.
+    pub cowchat_webhooks: cowchat::webhooks::Options,
 }
 
 impl Config {
@@ -61,6 +63,7 @@ impl Config {
             command_timeout: Duration::from_secs(30),
             max_request_bytes: convene_ipc::MAX_REQUEST_BYTES,
             cowchat_tcp: None,
+            cowchat_webhooks: cowchat::webhooks::Options::default(),
         }
     }
 }
@@ -77,6 +80,9 @@ pub enum DaemonError {
     /// A listener could not be bound.
     #[error("listen {0}: {1}")]
     Listen(String, std::io::Error),
+    /// The Cowchat webhook store could not be opened.
+    #[error(transparent)]
+    Webhooks(#[from] cowchat::webhooks::StoreError),
 }
 
 /// Shared state every face uses.
@@ -169,6 +175,7 @@ pub async fn start(cfg: Config) -> Result<Running, DaemonError> {
     }
     // The Cowchat face: `<home>/daemon/cowchat.sock`, and TCP when asked.
     let face = cowchat::Face::new(daemon.clone());
+    let hooks_face = face.clone();
     let cowchat_socket = sock.with_file_name("cowchat.sock");
     let _ = std::fs::remove_file(&cowchat_socket);
     let cl = UnixListener::bind(&cowchat_socket)
@@ -187,6 +194,8 @@ pub async fn start(cfg: Config) -> Result<Running, DaemonError> {
             cowchat::serve(face.clone(), s, t)
         });
     }
+    // After the listeners: tests and clients wait for the IPC socket, then connect.
+    cowchat::webhooks::start(&hooks_face, &home.root, cfg.cowchat_webhooks.clone())?;
     home.write_addr(&json!({
         "v": 1, "transport": "unix", "path": sock.display().to_string(), "host": "", "port": 0,
         "tcp": tcp.map(|a| a.to_string()),

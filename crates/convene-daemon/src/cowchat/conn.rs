@@ -23,7 +23,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::JoinHandle;
 
-use super::{messages, rooms, Face};
+use super::{messages, rooms, webhooks, Face};
 use crate::ipc::Trust;
 
 /// Outbound frames queued per connection before producers wait.
@@ -317,6 +317,14 @@ async fn handle(s: &mut Session, f: Frame) -> bool {
         ("room_tip", Some(_)) => messages::room_tip(s, f.payload)
             .await
             .map(|v| ("room_tip", v)),
+        ("subscribe", Some(_)) => webhooks::subscribe(s, f.payload).await.map(|v| ("ok", v)),
+        ("unsubscribe", Some(_)) => webhooks::unsubscribe(s, f.payload).await.map(|v| ("ok", v)),
+        ("list_subscriptions", Some(_)) => webhooks::list_subscriptions(s, f.payload)
+            .await
+            .map(|v| ("ok", v)),
+        ("enable_subscription", Some(_)) => webhooks::enable_subscription(s, f.payload)
+            .await
+            .map(|v| ("ok", v)),
         (t, Some(_)) => Err(WireError::new(
             ErrorCode::UnknownType,
             format!("unknown frame type: {t}"),

@@ -7,6 +7,7 @@ mod conn;
 mod messages;
 mod push;
 mod rooms;
+pub mod webhooks;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -38,6 +39,8 @@ pub struct Face {
     presence: Mutex<HashMap<String, (String, usize)>>,
     /// Serializes `create_room` so two clients cannot create the same name.
     create: tokio::sync::Mutex<()>,
+    /// Webhook subscriptions, once `webhooks::start` ran.
+    hooks: std::sync::OnceLock<Arc<webhooks::Hooks>>,
 }
 
 impl Face {
@@ -47,6 +50,7 @@ impl Face {
             d,
             presence: Mutex::new(HashMap::new()),
             create: tokio::sync::Mutex::new(()),
+            hooks: std::sync::OnceLock::new(),
         })
     }
 
