@@ -1,7 +1,7 @@
 //! Cowchat webhook subscriptions (Standard Webhooks v1): the `subscribe`, `unsubscribe`,
 //! `list_subscriptions` and `enable_subscription` frames, and the delivery tasks behind
-//! them. Subscriptions live in `<home>/cowchat/webhooks.db`; see docs/cowchat.md
-//! ("Webhooks") for the semantics and limits.
+//! them. Subscriptions live in `<home>/cowchat/webhooks.db`; see docs/cowchat-webhooks.md
+//! for the semantics and limits.
 
 mod deliver;
 mod http;
@@ -258,7 +258,7 @@ pub(in crate::cowchat) async fn subscribe(
     if target.tls {
         return Err(WireError::new(
             ErrorCode::NotSupported,
-            "https webhook targets are not supported yet (see docs/cowchat.md)",
+            "https webhook targets are not supported yet (see docs/cowchat-webhooks.md)",
         ));
     }
     ssrf::resolve(&target, h.opts.allow_local)
