@@ -8,12 +8,14 @@ import base64
 import json
 import os
 import socket
+import ssl
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from conftest import Daemon
+import trustme
 from standardwebhooks import Webhook
 
 SECRET = "s3cret-raw-bytes"
@@ -81,7 +83,8 @@ class Receiver:
     """A local HTTP server recording every POST; `fail` > 0 answers that many with 500,
     `fail = -1` answers all with 500."""
 
-    def __init__(self):
+    def __init__(self, tls: ssl.SSLContext | None = None):
+        self.scheme = "https" if tls else "http"
         self.hits: list[dict] = []
         self.fail = 0
         self.cv = threading.Condition()
@@ -104,10 +107,12 @@ class Receiver:
                 pass
 
         self.srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        if tls:
+            self.srv.socket = tls.wrap_socket(self.srv.socket, server_side=True)
         threading.Thread(target=self.srv.serve_forever, daemon=True).start()
 
-    def url(self, path: str = "/hook") -> str:
-        return f"http://127.0.0.1:{self.srv.server_address[1]}{path}"
+    def url(self, path: str = "/hook", host: str = "127.0.0.1") -> str:
+        return f"{self.scheme}://{host}:{self.srv.server_address[1]}{path}"
 
     def delivered(self, path: str | None = None) -> list[dict]:
         """Successful deliveries (2xx), in arrival order, decoded."""
@@ -347,8 +352,7 @@ def test_ssrf_guard_refuses_local_and_non_http_targets(home, rx):
                     "http://10.0.0.1/", "http://[::1]/", "http://[::ffff:127.0.0.1]/", "http://100.64.1.1/",
                     "ftp://example.com/", "http://user:pw@example.com/", "not a url"]:
             assert c.err("subscribe", {"room_id": room, "webhook_url": url, "secret": SECRET}) == "invalid_payload", url
-        code = c.err("subscribe", {"room_id": room, "webhook_url": "https://example.com/hook", "secret": SECRET})
-        assert code == "not_supported"  # https is documented as not done yet
+        assert c.err("subscribe", {"room_id": room, "webhook_url": "https://127.0.0.1/hook", "secret": SECRET}) == "invalid_payload"
         assert c.ok("list_subscriptions")["subscriptions"] == []
         c.send(room, "nobody is listening")
         assert rx.hits == []
@@ -364,3 +368,39 @@ def test_subscribe_needs_membership_and_a_room(hooked, rx):
     assert code in ("not_member", "not_in_room")
     assert a.err("subscribe", {"room_id": "g_000000000000", "webhook_url": rx.url(), "secret": SECRET}) == "room_not_found"
     assert a.err("subscribe", {"room_id": room, "webhook_url": rx.url(), "secret": ""}) == "invalid_payload"
+
+
+def test_https_targets_verify_the_certificate(home):
+    ca = trustme.CA()
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ca.issue_cert("127.0.0.1", "localhost").configure_cert(ctx)
+    rx = Receiver(ctx)
+    rogue_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    trustme.CA().issue_cert("127.0.0.1", "localhost").configure_cert(rogue_ctx)
+    rogue = Receiver(rogue_ctx)
+    ca_file = home / "test-ca.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+    d = start(home, flags() + ["--cowchat-webhooks-ca-file", str(ca_file)])
+    try:
+        c, room = setup_room(home)
+        subscribe(c, room, rx.url("/by-name", host="localhost"))  # SNI + name check, pinned address
+        subscribe(c, room, rx.url("/by-ip"))  # IP SAN
+        bad = subscribe(c, room, rogue.url())  # certificate from a CA the daemon does not trust
+        c.send(room, "over tls")
+        for path in ("/by-name", "/by-ip"):
+            [body] = rx.wait_delivered(1, path)
+            assert body["message"]["content"] == "over tls"
+        for h in rx.hits:
+            Webhook(SECRET.encode()).verify(h["body"], h["headers"])
+        deadline = time.time() + 30
+        while True:
+            s = [x for x in c.ok("list_subscriptions")["subscriptions"] if x["subscription_id"] == bad["subscription_id"]][0]
+            if s["status"] == "failed":
+                break
+            assert time.time() < deadline, s
+            time.sleep(0.02)
+        assert s["failures"] == 6 and rogue.hits == []
+    finally:
+        d.stop()
+        rx.close()
+        rogue.close()

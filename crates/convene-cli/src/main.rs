@@ -51,6 +51,9 @@ enum Cmd {
         /// +1, +4, +16, +64, +256 units; default 1000).
         #[arg(long, env = "CONVENE_WEBHOOK_RETRY_SCALE_MS", hide = true)]
         cowchat_webhooks_retry_unit_ms: Option<u64>,
+        /// TEST ONLY: also trust the PEM CA certificates in this file for https webhooks.
+        #[arg(long, hide = true)]
+        cowchat_webhooks_ca_file: Option<PathBuf>,
     },
     /// Daemon status.
     Status,
@@ -122,12 +125,14 @@ fn main() -> Result<()> {
             cowchat_tcp,
             cowchat_webhooks_allow_local,
             cowchat_webhooks_retry_unit_ms,
+            cowchat_webhooks_ca_file,
         } => {
             let mut cfg = convene_daemon::Config::new(home);
             cfg.tcp = tcp;
             cfg.tcp_require_key = require_key;
             cfg.cowchat_tcp = cowchat_tcp;
             cfg.cowchat_webhooks.allow_local = cowchat_webhooks_allow_local;
+            cfg.cowchat_webhooks.extra_ca = cowchat_webhooks_ca_file;
             if let Some(ms) = cowchat_webhooks_retry_unit_ms {
                 cfg.cowchat_webhooks.retry_unit = Duration::from_millis(ms.max(1));
             }

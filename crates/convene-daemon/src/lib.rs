@@ -82,7 +82,7 @@ pub enum DaemonError {
     Listen(String, std::io::Error),
     /// The Cowchat webhook store could not be opened.
     #[error(transparent)]
-    Webhooks(#[from] cowchat::webhooks::StoreError),
+    Webhooks(#[from] cowchat::webhooks::HookError),
 }
 
 /// Shared state every face uses.
@@ -153,6 +153,9 @@ pub async fn start(cfg: Config) -> Result<Running, DaemonError> {
         shutdown,
     });
 
+    // Before any listener: a client that sees a socket can use webhooks at once.
+    let hooks = cowchat::webhooks::start(daemon.clone(), &home.root, cfg.cowchat_webhooks.clone())?;
+
     // We hold the home lock, so a socket file left behind is stale.
     let sock = home.socket();
     let _ = std::fs::remove_file(&sock);
@@ -175,7 +178,7 @@ pub async fn start(cfg: Config) -> Result<Running, DaemonError> {
     }
     // The Cowchat face: `<home>/daemon/cowchat.sock`, and TCP when asked.
     let face = cowchat::Face::new(daemon.clone());
-    let hooks_face = face.clone();
+    cowchat::webhooks::attach(&face, hooks);
     let cowchat_socket = sock.with_file_name("cowchat.sock");
     let _ = std::fs::remove_file(&cowchat_socket);
     let cl = UnixListener::bind(&cowchat_socket)
@@ -194,8 +197,6 @@ pub async fn start(cfg: Config) -> Result<Running, DaemonError> {
             cowchat::serve(face.clone(), s, t)
         });
     }
-    // After the listeners: tests and clients wait for the IPC socket, then connect.
-    cowchat::webhooks::start(&hooks_face, &home.root, cfg.cowchat_webhooks.clone())?;
     home.write_addr(&json!({
         "v": 1, "transport": "unix", "path": sock.display().to_string(), "host": "", "port": 0,
         "tcp": tcp.map(|a| a.to_string()),

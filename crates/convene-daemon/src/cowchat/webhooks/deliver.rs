@@ -215,7 +215,7 @@ async fn deliver(
             ("webhook-signature", sig.as_str()),
         ];
         let res = match ssrf::resolve(target, h.opts.allow_local).await {
-            Ok(addr) => http::post(target, addr, &headers, &body, h.opts.timeout)
+            Ok(addr) => http::post(target, addr, &h.tls, &headers, &body, h.opts.timeout)
                 .await
                 .map_err(|e| e.to_string()),
             Err(e) => Err(e.to_string()),

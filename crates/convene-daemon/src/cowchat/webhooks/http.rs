@@ -3,18 +3,25 @@
 //! Hand-written on purpose: one request per connection (`Connection: close`), a
 //! `Content-Length` body, and only the status line is read back. No redirects are followed
 //! (a 3xx is a failed delivery) and the connection goes to the address the SSRF guard
-//! checked, with the URL's host kept in the `Host` header.
+//! checked, with the URL's host kept in the `Host` header (and as the TLS server name, so
+//! the certificate is checked against the name, not the pinned address).
 
 use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig, STANDARD};
 use base64::engine::DecodePaddingMode;
 use base64::{alphabet, Engine as _};
 use hmac::{Hmac, Mac};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, ServerName};
 use sha2::Sha256;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio_rustls::rustls::{self, ClientConfig, RootCertStore};
+use tokio_rustls::TlsConnector;
 
 use super::ssrf::Target;
 
@@ -60,6 +67,31 @@ pub fn sign(key: &[u8], id: &str, ts: i64, body: &[u8]) -> String {
     format!("v1,{}", STANDARD.encode(mac.finalize().into_bytes()))
 }
 
+/// The TLS client for https targets: rustls on ring, trusting the Mozilla roots compiled
+/// into `webpki-roots`, plus the PEM certificates in `extra_ca` (test-only setting).
+pub fn tls_connector(extra_ca: Option<&Path>) -> Result<TlsConnector, String> {
+    let mut roots = RootCertStore {
+        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+    };
+    if let Some(path) = extra_ca {
+        let certs =
+            CertificateDer::pem_file_iter(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        for c in certs {
+            let c = c.map_err(|e| format!("{}: {e}", path.display()))?;
+            roots
+                .add(c)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let cfg = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(TlsConnector::from(Arc::new(cfg)))
+}
+
 /// Why an attempt did not get a 2xx.
 #[derive(Debug, thiserror::Error)]
 pub enum PostError {
@@ -75,23 +107,32 @@ pub enum PostError {
     /// A non-2xx status (3xx included: redirects are not followed).
     #[error("HTTP {0}")]
     Status(u16),
-    /// The target needs TLS, which this build does not speak.
-    #[error("https is not supported")]
-    Tls,
+    /// The host is not a valid TLS server name.
+    #[error("bad TLS server name")]
+    ServerName,
 }
 
 /// POSTs `body` to `t` at `addr` with the extra `headers`; Ok(status) for a 2xx.
 pub async fn post(
     t: &Target,
     addr: SocketAddr,
+    tls: &TlsConnector,
     headers: &[(&str, &str)],
     body: &[u8],
     timeout: Duration,
 ) -> Result<u16, PostError> {
-    if t.tls {
-        return Err(PostError::Tls);
-    }
-    let status = tokio::time::timeout(timeout, exchange(t, addr, headers, body))
+    let attempt = async {
+        let tcp = TcpStream::connect(addr).await?;
+        tcp.set_nodelay(true)?;
+        if t.tls {
+            let name = ServerName::try_from(t.host.clone()).map_err(|_| PostError::ServerName)?;
+            let s = tls.connect(name, tcp).await?;
+            exchange(s, t, headers, body).await
+        } else {
+            exchange(tcp, t, headers, body).await
+        }
+    };
+    let status = tokio::time::timeout(timeout, attempt)
         .await
         .map_err(|_| PostError::Timeout)??;
     if (200..300).contains(&status) {
@@ -101,14 +142,12 @@ pub async fn post(
     }
 }
 
-async fn exchange(
+async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
+    mut s: S,
     t: &Target,
-    addr: SocketAddr,
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> Result<u16, PostError> {
-    let mut s = TcpStream::connect(addr).await?;
-    s.set_nodelay(true)?;
     let mut req = format!(
         "POST {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: convene-webhooks/{}\r\nContent-Length: {}\r\nConnection: close\r\n",
         t.path,

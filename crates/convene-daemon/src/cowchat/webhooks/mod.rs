@@ -9,7 +9,7 @@ mod ssrf;
 mod store;
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,8 +43,11 @@ pub struct Options {
     pub allow_local: bool,
     /// Unit of the retry schedule (+1, +4, +16, +64, +256 units); one second in production.
     pub retry_unit: Duration,
-    /// One attempt's deadline (connect + send + status line).
+    /// One attempt's deadline (connect + TLS + send + status line).
     pub timeout: Duration,
+    /// TEST ONLY: also trust the PEM CA certificates in this file for https targets
+    /// (`serve --cowchat-webhooks-ca-file`).
+    pub extra_ca: Option<PathBuf>,
 }
 
 impl Default for Options {
@@ -53,6 +56,7 @@ impl Default for Options {
             allow_local: false,
             retry_unit: Duration::from_secs(1),
             timeout: Duration::from_secs(10),
+            extra_ca: None,
         }
     }
 }
@@ -75,6 +79,9 @@ pub enum HookError {
     /// A blocking task died.
     #[error("task: {0}")]
     Join(String),
+    /// The TLS client could not be built.
+    #[error("webhooks tls: {0}")]
+    Tls(String),
 }
 
 /// The webhook service of a daemon: the store and one delivery task per active subscription.
@@ -82,6 +89,7 @@ pub struct Hooks {
     d: Arc<Daemon>,
     store: Arc<Store>,
     opts: Options,
+    tls: tokio_rustls::TlsConnector,
     tasks: Mutex<HashMap<String, JoinHandle<()>>>,
 }
 
@@ -115,25 +123,31 @@ impl Hooks {
 
 /// Opens `<home>/cowchat/webhooks.db` and resumes every active subscription from its
 /// persisted cursor.
-pub fn start(face: &Face, home: &Path, opts: Options) -> Result<(), StoreError> {
+pub fn start(d: Arc<Daemon>, home: &Path, opts: Options) -> Result<Arc<Hooks>, HookError> {
     if opts.allow_local {
         tracing::warn!(
             "cowchat webhooks may reach loopback and private addresses (test-only setting)"
         );
     }
+    let tls = http::tls_connector(opts.extra_ca.as_deref()).map_err(HookError::Tls)?;
     let store = Arc::new(Store::open(&home.join("cowchat").join("webhooks.db"))?);
     let active = store.active()?;
     let hooks = Arc::new(Hooks {
-        d: face.d.clone(),
+        d,
         store,
         opts,
+        tls,
         tasks: Mutex::new(HashMap::new()),
     });
     for sub in active {
         hooks.run(sub);
     }
+    Ok(hooks)
+}
+
+/// Gives the face its webhook service (the frames answer `unavailable` without one).
+pub fn attach(face: &Face, hooks: Arc<Hooks>) {
     let _ = face.hooks.set(hooks);
-    Ok(())
 }
 
 /// A list field given as one string or an array of strings.
@@ -255,12 +269,6 @@ pub(in crate::cowchat) async fn subscribe(
     }
     http::secret_key(&p.secret).map_err(WireError::payload)?;
     let target = ssrf::parse_url(&p.webhook_url).map_err(|e| WireError::payload(e.to_string()))?;
-    if target.tls {
-        return Err(WireError::new(
-            ErrorCode::NotSupported,
-            "https webhook targets are not supported yet (see docs/cowchat-webhooks.md)",
-        ));
-    }
     ssrf::resolve(&target, h.opts.allow_local)
         .await
         .map_err(|e| WireError::payload(e.to_string()))?;
