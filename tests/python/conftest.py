@@ -88,7 +88,8 @@ class Daemon:
 def home():
     d = Path(tempfile.mkdtemp(prefix="convene-test-"))
     yield d
-    shutil.rmtree(d, ignore_errors=True)
+    if not os.environ.get("CONVENE_KEEP_HOMES"):
+        shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture

@@ -61,8 +61,11 @@ class Cow:
         assert fr["type"] == "error", fr
         return fr["payload"]["code"]
 
-    def register(self, name: str, agent_id: str | None = None) -> str:
-        return self.ok("register", {"name": name, "agent_id": agent_id or name, "protocol_version": 2})["agent_id"]
+    def register(self, name: str, agent_id: str | None = None, key: str | None = None) -> str:
+        p = {"name": name, "agent_id": agent_id or name, "protocol_version": 2}
+        if key:
+            p["key"] = key
+        return self.ok("register", p)["agent_id"]
 
     def join(self, room: str) -> None:
         fr = self.req("join_room", {"room_id": room})
@@ -239,6 +242,7 @@ def test_filters_and_across_fields_or_within_kinds(hooked, rx):
     a.send(room, "a-chat", kind="chat")
     b.send(room, "b-verdict", kind="verdict")
     a.send(room, "a-thinking", type="thinking")
+    a.ok("thinking", {"room_id": room, "content": "a-pulse"})  # a real thinking pulse
     a.send(room, "a-plain")
     a.send(room, "end", kind="verdict")
     got = lambda p: [m["message"]["content"] for m in rx.delivered(p)]
@@ -247,7 +251,9 @@ def test_filters_and_across_fields_or_within_kinds(hooked, rx):
     rx.wait(lambda: any(json.loads(h["body"])["message"]["content"] == "end" for h in rx.hits if h["path"] == "/s3"))
     assert got("/s1") == ["a-review", "end"]
     assert got("/s2") == ["a-review", "a-chat", "a-plain", "end"]
-    assert got("/s3") == ["a-review", "a-chat", "b-verdict", "a-thinking", "a-plain", "end"]
+    assert got("/s3") == ["a-review", "a-chat", "b-verdict", "a-thinking", "a-pulse", "a-plain", "end"]
+    [pulse] = [m["message"] for m in rx.delivered("/s3") if m["message"]["content"] == "a-pulse"]
+    assert pulse["metadata"]["type"] == "thinking" and pulse["agent_name"] == "alice"
     for h in rx.hits:
         assert Webhook(SECRET.encode()).verify(h["body"], h["headers"])
 
@@ -404,3 +410,24 @@ def test_https_targets_verify_the_certificate(home):
         d.stop()
         rx.close()
         rogue.close()
+
+
+def test_subscriptions_belong_to_the_api_key(hooked, rx):
+    c, room = setup_room(hooked.home)
+    mine = subscribe(c, room, rx.url())
+    keys = hooked.home / "keys.d"
+    keys.mkdir(exist_ok=True)
+    fd = os.open(keys / "team2.key", os.O_WRONLY | os.O_CREAT, 0o600)
+    os.write(fd, b"team2-api-key\n")
+    os.close(fd)
+    other = Cow(hooked.home)
+    other.register("carol", key="team2-api-key")
+    assert other.ok("list_subscriptions")["subscriptions"] == []
+    sid = {"subscription_id": mine["subscription_id"]}
+    assert other.err("unsubscribe", sid) == "invalid_payload"
+    assert other.err("enable_subscription", sid) == "invalid_payload"
+    room2 = other.ok("create_room", {"name": "team2-room"})["room_id"]
+    other.join(room2)
+    theirs = subscribe(other, room2, rx.url("/team2"))
+    assert [x["subscription_id"] for x in other.ok("list_subscriptions")["subscriptions"]] == [theirs["subscription_id"]]
+    assert [x["subscription_id"] for x in c.ok("list_subscriptions")["subscriptions"]] == [mine["subscription_id"]]

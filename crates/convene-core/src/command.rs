@@ -113,6 +113,8 @@ pub enum Command {
         title: String,
         /// Topic.
         topic: String,
+        /// Settings applied in the same commit (e.g. a face's attributes); may be empty.
+        settings: Map<String, Value>,
     },
     /// Change title/topic (and other plain fields).
     GroupUpdate {

@@ -164,6 +164,7 @@ impl World {
                 by: "user".into(),
                 title: "t".into(),
                 topic: String::new(),
+                settings: Default::default(),
             })
             .unwrap();
         w.gid = out.events[0].group_id.clone();

@@ -108,6 +108,31 @@ impl OutFrame<'_> {
     }
 }
 
+/// A frame line around an already serialized payload object (large answers are built as
+/// bytes, without an intermediate JSON tree).
+pub fn raw_line(id: &str, ftype: &str, reply_to: Option<&Value>, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(payload.len() + 96);
+    out.extend_from_slice(b"{\"id\":");
+    push_json_str(&mut out, id);
+    out.extend_from_slice(b",\"type\":");
+    push_json_str(&mut out, ftype);
+    if let Some(r) = reply_to {
+        out.extend_from_slice(b",\"reply_to\":");
+        // A string or a number (checked at parse time) always serializes.
+        let _ = serde_json::to_writer(&mut out, r);
+    }
+    out.extend_from_slice(b",\"payload\":");
+    out.extend_from_slice(payload);
+    out.extend_from_slice(b"}\n");
+    out
+}
+
+/// Appends `s` as a JSON string literal.
+pub fn push_json_str(out: &mut Vec<u8>, s: &str) {
+    // Serializing a &str cannot fail.
+    let _ = serde_json::to_writer(&mut *out, s);
+}
+
 /// An `error` frame answering `reply_to` (or unsolicited when the request had no usable id).
 pub fn error_frame(id: &str, reply_to: Option<&Value>, e: &WireError) -> Vec<u8> {
     OutFrame {
@@ -144,6 +169,25 @@ mod tests {
         let e = parse_frame(br#"{"id":"x","type":"ping","payload":[]}"#).unwrap_err();
         assert_eq!(e.id, Some(json!("x")));
         assert_eq!(e.to_wire().code, ErrorCode::InvalidFrame);
+    }
+
+    #[test]
+    fn raw_line_matches_the_tree_serializer() {
+        let rt = json!(7);
+        let a = raw_line("s3", "ok", Some(&rt), br#"{"x":[1,"\u00e9"]}"#);
+        let b = OutFrame {
+            id: "s3",
+            ftype: "ok",
+            reply_to: Some(&rt),
+            payload: json!({"x": [1, "é"]}),
+        }
+        .to_line();
+        let (va, vb): (Value, Value) = (
+            serde_json::from_slice(&a).unwrap(),
+            serde_json::from_slice(&b).unwrap(),
+        );
+        assert_eq!(va, vb);
+        assert_eq!(a.last(), Some(&b'\n'));
     }
 
     #[test]

@@ -3,14 +3,12 @@
 //! server understands, its error codes and its limits. No I/O and no engine: the daemon's
 //! `cowchat` face maps these onto the ledger.
 
+pub mod e2e;
 pub mod frame;
 pub mod payload;
 
 pub use frame::{error_frame, parse_frame, Frame, FrameError, OutFrame};
-pub use payload::{
-    parse, valid_agent_id, CreateRoom, GetHistory, JoinRoom, ListAgents, Register, RoomRef,
-    SendMessage,
-};
+pub use payload::*;
 
 /// The protocol version this server speaks (advertised in the `register` reply).
 pub const PROTOCOL_VERSION: u64 = 2;
@@ -27,10 +25,17 @@ pub const MAX_MENTIONS: usize = 64;
 pub const DEFAULT_HISTORY_LIMIT: usize = 50;
 /// Largest `get_history` `limit` (larger values are clamped, not refused).
 pub const MAX_HISTORY_LIMIT: usize = 10_000;
-/// Longest room name, in bytes.
-pub const MAX_ROOM_NAME_BYTES: usize = 128;
+/// Longest room name, in Unicode scalar values (after trimming).
+pub const MAX_ROOM_NAME_CHARS: usize = 100;
+/// Longest room description, in bytes.
+pub const MAX_DESCRIPTION_BYTES: usize = 4096;
+/// Most options of one vote.
+pub const MAX_VOTE_OPTIONS: usize = 32;
+/// Longest vote/task title or option, in bytes.
+pub const MAX_TITLE_BYTES: usize = 1024;
 
-/// Error codes carried in `error` frames (`payload.code`).
+/// Error codes carried in `error` frames (`payload.code`): the specification's table plus
+/// the framing codes it leaves open.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorCode {
     /// The line is not a JSON object frame with a string `type`.
@@ -43,22 +48,50 @@ pub enum ErrorCode {
     NotRegistered,
     /// A second `register` on the same connection.
     AlreadyRegistered,
-    /// The API key is missing or wrong (remote TCP peers only).
+    /// The API key is missing or wrong.
     Unauthorized,
     /// The frame `type` is not served.
     UnknownType,
     /// The payload is malformed or a field is out of range.
     InvalidPayload,
-    /// The room does not exist.
+    /// The room does not exist (or is not visible to this key).
     RoomNotFound,
+    /// The agent must join the room first (or a mention names a non-member).
+    NotInRoom,
+    /// The agent is already a member of the room.
+    AlreadyInRoom,
+    /// The agent id is bound to another API key.
+    AgentIdTaken,
     /// A room with that name already exists.
-    RoomExists,
-    /// The agent is not a member of the room (or a mention names a non-member).
-    NotMember,
-    /// The server understands the request but does not implement it (yet).
-    NotSupported,
+    RoomNameTaken,
     /// The referenced message does not exist in the room.
     MessageNotFound,
+    /// The vote does not exist.
+    VoteNotFound,
+    /// The vote has already been closed.
+    VoteClosed,
+    /// The agent has already cast a ballot.
+    AlreadyVoted,
+    /// The option index is out of range.
+    InvalidOption,
+    /// Only the elected leader can issue decisions.
+    NotLeader,
+    /// An election is already running in this room.
+    ElectionInProgress,
+    /// No active election to decline.
+    NoElectionActive,
+    /// Too many agents for this API key.
+    RateLimitAgents,
+    /// Message rate limit exceeded.
+    RateLimitMessages,
+    /// Room limit exceeded.
+    RateLimitRooms,
+    /// Private room of another key, or a destructive action by a non-creator.
+    AccessDenied,
+    /// The task does not exist.
+    TaskNotFound,
+    /// Plaintext sent to an end-to-end encrypted room.
+    PlaintextInEncryptedRoom,
     /// The server could not complete the request (storage, shutdown).
     Unavailable,
     /// Anything else.
@@ -78,12 +111,26 @@ impl ErrorCode {
             Self::UnknownType => "unknown_type",
             Self::InvalidPayload => "invalid_payload",
             Self::RoomNotFound => "room_not_found",
-            Self::RoomExists => "room_exists",
-            Self::NotMember => "not_member",
-            Self::NotSupported => "not_supported",
+            Self::NotInRoom => "not_in_room",
+            Self::AlreadyInRoom => "already_in_room",
+            Self::AgentIdTaken => "agent_id_taken",
+            Self::RoomNameTaken => "room_name_taken",
             Self::MessageNotFound => "message_not_found",
+            Self::VoteNotFound => "vote_not_found",
+            Self::VoteClosed => "vote_closed",
+            Self::AlreadyVoted => "already_voted",
+            Self::InvalidOption => "invalid_option",
+            Self::NotLeader => "not_leader",
+            Self::ElectionInProgress => "election_in_progress",
+            Self::NoElectionActive => "no_election_active",
+            Self::RateLimitAgents => "rate_limit_agents",
+            Self::RateLimitMessages => "rate_limit_messages",
+            Self::RateLimitRooms => "rate_limit_rooms",
+            Self::AccessDenied => "access_denied",
+            Self::TaskNotFound => "task_not_found",
+            Self::PlaintextInEncryptedRoom => "plaintext_in_encrypted_room",
             Self::Unavailable => "unavailable",
-            Self::Internal => "internal",
+            Self::Internal => "internal_error",
         }
     }
 }

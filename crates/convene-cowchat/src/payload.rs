@@ -6,8 +6,8 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::{
-    ErrorCode, WireError, MAX_CONTENT_BYTES, MAX_MENTIONS, MAX_METADATA_BYTES, MAX_ROOM_NAME_BYTES,
-    PROTOCOL_VERSION,
+    ErrorCode, WireError, MAX_CONTENT_BYTES, MAX_DESCRIPTION_BYTES, MAX_MENTIONS,
+    MAX_METADATA_BYTES, MAX_ROOM_NAME_CHARS, MAX_TITLE_BYTES, MAX_VOTE_OPTIONS, PROTOCOL_VERSION,
 };
 
 /// Decodes a payload object into `T`; type errors become `invalid_payload`.
@@ -38,12 +38,16 @@ pub struct Register {
     /// Stable id to reconnect as; the server assigns one when absent.
     #[serde(default)]
     pub agent_id: Option<String>,
-    /// Client capabilities (accepted, not interpreted yet).
+    /// Client capabilities (free strings, shown in `list_agents`).
     #[serde(default)]
-    pub capabilities: Option<Value>,
+    pub capabilities: Option<Vec<String>>,
     /// Must be 2; absent means 1.
     #[serde(default)]
     pub protocol_version: Option<u64>,
+    /// Asks to restore memberships and replay what was missed (memberships are restored
+    /// for a known `agent_id` either way).
+    #[serde(default)]
+    pub reconnect: Option<bool>,
 }
 
 impl Register {
@@ -69,6 +73,18 @@ impl Register {
     }
 }
 
+/// A room name as stored: trimmed, 1-100 Unicode scalar values, no control characters.
+pub fn room_name(raw: &str) -> Result<String, WireError> {
+    let n = raw.trim();
+    let count = n.chars().count();
+    if count == 0 || count > MAX_ROOM_NAME_CHARS || n.chars().any(char::is_control) {
+        return Err(WireError::payload(format!(
+            "name must be 1-{MAX_ROOM_NAME_CHARS} characters without control characters"
+        )));
+    }
+    Ok(n.to_string())
+}
+
 /// `create_room`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct CreateRoom {
@@ -77,54 +93,42 @@ pub struct CreateRoom {
     /// Free text.
     #[serde(default)]
     pub description: Option<String>,
-    /// Parent room id.
+    /// Parent room id (a sub-room).
     #[serde(default)]
     pub parent_id: Option<String>,
-    /// Ephemeral room (not supported yet).
+    /// Removed when its last member leaves.
     #[serde(default)]
     pub ephemeral: Option<bool>,
-    /// Listed for everyone (private rooms are not supported yet).
+    /// Visible to every key (default: private to the creator's key).
     #[serde(default)]
     pub public: Option<bool>,
-    /// End-to-end encrypted (not supported yet).
+    /// Content must be sealed blobs (end-to-end encrypted).
     #[serde(default)]
     pub encrypted: Option<bool>,
 }
 
 impl CreateRoom {
-    /// Checks the name and refuses the room kinds this server does not implement, rather
-    /// than accepting a flag whose promise it would not keep.
-    pub fn validate(&self) -> Result<(), WireError> {
-        let n = self.name.trim();
-        if n.is_empty() || self.name.len() > MAX_ROOM_NAME_BYTES || n.chars().any(char::is_control)
-        {
+    /// Checks the name and the description; returns the stored name.
+    pub fn validate(&self) -> Result<String, WireError> {
+        if self.description.as_deref().unwrap_or_default().len() > MAX_DESCRIPTION_BYTES {
             return Err(WireError::payload(format!(
-                "name must be 1-{MAX_ROOM_NAME_BYTES} bytes without control characters"
+                "description exceeds {MAX_DESCRIPTION_BYTES} bytes"
             )));
         }
-        if self.ephemeral == Some(true) {
-            return Err(WireError::new(
-                ErrorCode::NotSupported,
-                "ephemeral rooms are not supported yet",
-            ));
-        }
-        if self.encrypted == Some(true) {
-            return Err(WireError::new(
-                ErrorCode::NotSupported,
-                "encrypted rooms are not supported yet",
-            ));
-        }
-        if self.public == Some(false) {
-            return Err(WireError::new(
-                ErrorCode::NotSupported,
-                "private rooms are not supported yet",
-            ));
-        }
-        Ok(())
+        room_name(&self.name)
     }
 }
 
-/// A room named by id or by name (`join_room`, `leave_room`, `room_tip`, `room_info`).
+/// `rename_room`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct RenameRoom {
+    /// Room id.
+    pub room_id: String,
+    /// New name.
+    pub name: String,
+}
+
+/// A room named by id or by name (`join_room`, `leave_room`, `room_tip`, `room_info`, …).
 #[derive(Debug, Clone, Deserialize)]
 pub struct RoomRef {
     /// Room id.
@@ -137,6 +141,29 @@ pub struct RoomRef {
 
 /// `join_room` takes a [`RoomRef`].
 pub type JoinRoom = RoomRef;
+
+fn check_content(content: &str) -> Result<(), WireError> {
+    if content.len() > MAX_CONTENT_BYTES {
+        return Err(WireError::payload(format!(
+            "content exceeds {MAX_CONTENT_BYTES} bytes"
+        )));
+    }
+    Ok(())
+}
+
+fn check_metadata(md: Option<&Map<String, Value>>) -> Result<(), WireError> {
+    if let Some(md) = md {
+        let n = serde_json::to_vec(md)
+            .map(|v| v.len())
+            .unwrap_or(usize::MAX);
+        if n > MAX_METADATA_BYTES {
+            return Err(WireError::payload(format!(
+                "metadata exceeds {MAX_METADATA_BYTES} bytes"
+            )));
+        }
+    }
+    Ok(())
+}
 
 /// `send_message`.
 #[derive(Debug, Clone, Deserialize)]
@@ -159,11 +186,7 @@ pub struct SendMessage {
 impl SendMessage {
     /// Checks sizes and counts.
     pub fn validate(&self) -> Result<(), WireError> {
-        if self.content.len() > MAX_CONTENT_BYTES {
-            return Err(WireError::payload(format!(
-                "content exceeds {MAX_CONTENT_BYTES} bytes"
-            )));
-        }
+        check_content(&self.content)?;
         let m = self.mentions.as_deref().unwrap_or_default();
         if m.len() > MAX_MENTIONS {
             return Err(WireError::payload(format!(
@@ -173,17 +196,27 @@ impl SendMessage {
         if m.iter().any(|a| !valid_agent_id(a)) {
             return Err(WireError::payload("mentions must be agent ids"));
         }
-        if let Some(md) = &self.metadata {
-            let n = serde_json::to_vec(md)
-                .map(|v| v.len())
-                .unwrap_or(usize::MAX);
-            if n > MAX_METADATA_BYTES {
-                return Err(WireError::payload(format!(
-                    "metadata exceeds {MAX_METADATA_BYTES} bytes"
-                )));
-            }
-        }
-        Ok(())
+        check_metadata(self.metadata.as_ref())
+    }
+}
+
+/// `thinking` and `decision`: content for a room, with optional metadata.
+#[derive(Debug, Clone, Deserialize)]
+pub struct RoomContent {
+    /// Room id.
+    pub room_id: String,
+    /// Text (or a sealed blob in an encrypted room).
+    pub content: String,
+    /// Opaque client metadata.
+    #[serde(default)]
+    pub metadata: Option<Map<String, Value>>,
+}
+
+impl RoomContent {
+    /// Checks sizes.
+    pub fn validate(&self) -> Result<(), WireError> {
+        check_content(&self.content)?;
+        check_metadata(self.metadata.as_ref())
     }
 }
 
@@ -198,12 +231,20 @@ pub struct GetHistory {
     /// Only messages before this one: a `seq` (number) or a message id (string).
     #[serde(default)]
     pub before: Option<Value>,
-    /// Only messages at or after this RFC 3339 time.
+    /// Only messages after this message id, oldest first.
     #[serde(default)]
     pub since: Option<String>,
     /// Only messages with `seq` greater than this, oldest first.
     #[serde(default)]
     pub since_seq: Option<u64>,
+}
+
+/// `list_rooms`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ListRooms {
+    /// Only the sub-rooms of this room.
+    #[serde(default)]
+    pub parent_id: Option<String>,
 }
 
 /// `list_agents`.
@@ -212,6 +253,201 @@ pub struct ListAgents {
     /// Members of this room; absent = agents connected now.
     #[serde(default)]
     pub room_id: Option<String>,
+}
+
+/// `set_typing`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct SetTyping {
+    /// Room id.
+    pub room_id: String,
+    /// Typing or not.
+    pub typing: bool,
+}
+
+/// `set_presence`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct SetPresence {
+    /// `idle`, `waiting`, `working` or `thinking`.
+    pub status: String,
+    /// Free text.
+    #[serde(default)]
+    pub status_detail: Option<String>,
+    /// 0-100.
+    #[serde(default)]
+    pub progress: Option<u64>,
+}
+
+/// Presence statuses the specification allows.
+pub const PRESENCE_STATUSES: [&str; 4] = ["idle", "waiting", "working", "thinking"];
+
+impl SetPresence {
+    /// Checks the status and the progress range.
+    pub fn validate(&self) -> Result<(), WireError> {
+        if !PRESENCE_STATUSES.contains(&self.status.as_str()) {
+            return Err(WireError::payload(
+                "status must be idle, waiting, working or thinking",
+            ));
+        }
+        if self.progress.is_some_and(|p| p > 100) {
+            return Err(WireError::payload("progress must be 0-100"));
+        }
+        if self.status_detail.as_deref().unwrap_or_default().len() > MAX_TITLE_BYTES {
+            return Err(WireError::payload(format!(
+                "status_detail exceeds {MAX_TITLE_BYTES} bytes"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A frame naming only a room (`elect_leader`, `decline_election`).
+#[derive(Debug, Clone, Deserialize)]
+pub struct RoomId {
+    /// Room id.
+    pub room_id: String,
+}
+
+fn check_title(what: &str, t: &str) -> Result<(), WireError> {
+    if t.trim().is_empty() || t.len() > MAX_TITLE_BYTES {
+        return Err(WireError::payload(format!(
+            "{what} must be 1-{MAX_TITLE_BYTES} bytes"
+        )));
+    }
+    Ok(())
+}
+
+/// `create_vote`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct CreateVote {
+    /// Room id.
+    pub room_id: String,
+    /// Question.
+    pub title: String,
+    /// Choices, by index.
+    pub options: Vec<String>,
+    /// Free text.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Deadline in seconds; absent = open until every eligible voter voted.
+    #[serde(default)]
+    pub duration_secs: Option<u64>,
+}
+
+impl CreateVote {
+    /// Checks the title and the options.
+    pub fn validate(&self) -> Result<(), WireError> {
+        check_title("title", &self.title)?;
+        if self.options.len() < 2 || self.options.len() > MAX_VOTE_OPTIONS {
+            return Err(WireError::payload(format!(
+                "a vote needs 2-{MAX_VOTE_OPTIONS} options"
+            )));
+        }
+        for o in &self.options {
+            check_title("an option", o)?;
+        }
+        if self.description.as_deref().unwrap_or_default().len() > MAX_DESCRIPTION_BYTES {
+            return Err(WireError::payload("description too long"));
+        }
+        Ok(())
+    }
+}
+
+/// `cast_vote`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct CastVote {
+    /// Vote id.
+    pub vote_id: String,
+    /// Chosen option, 0-based.
+    pub option_index: u64,
+}
+
+/// `get_vote_status`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct VoteRef {
+    /// Vote id.
+    pub vote_id: String,
+}
+
+/// `list_votes`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ListVotes {
+    /// Room id.
+    pub room_id: String,
+    /// Most votes returned (default 20).
+    #[serde(default)]
+    pub limit: Option<u64>,
+}
+
+/// Task statuses the specification allows.
+pub const TASK_STATUSES: [&str; 4] = ["pending", "in_progress", "completed", "blocked"];
+
+/// `assign_task`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct AssignTask {
+    /// Room id.
+    pub room_id: String,
+    /// Title.
+    pub title: String,
+    /// Free text.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Agent id.
+    #[serde(default)]
+    pub assignee: Option<String>,
+}
+
+impl AssignTask {
+    /// Checks the title.
+    pub fn validate(&self) -> Result<(), WireError> {
+        check_title("title", &self.title)?;
+        if self.description.as_deref().unwrap_or_default().len() > MAX_DESCRIPTION_BYTES {
+            return Err(WireError::payload("description too long"));
+        }
+        Ok(())
+    }
+}
+
+/// `update_task`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct UpdateTask {
+    /// Task id.
+    pub task_id: String,
+    /// New status.
+    #[serde(default)]
+    pub status: Option<String>,
+    /// New assignee.
+    #[serde(default)]
+    pub assignee: Option<String>,
+    /// Free text.
+    #[serde(default)]
+    pub note: Option<String>,
+}
+
+impl UpdateTask {
+    /// Checks the status.
+    pub fn validate(&self) -> Result<(), WireError> {
+        if let Some(s) = &self.status {
+            if !TASK_STATUSES.contains(&s.as_str()) {
+                return Err(WireError::payload(
+                    "status must be pending, in_progress, completed or blocked",
+                ));
+            }
+        }
+        if self.note.as_deref().unwrap_or_default().len() > MAX_DESCRIPTION_BYTES {
+            return Err(WireError::payload("note too long"));
+        }
+        Ok(())
+    }
+}
+
+/// `list_tasks`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ListTasks {
+    /// Room id.
+    pub room_id: String,
+    /// Only tasks in this status.
+    #[serde(default)]
+    pub status: Option<String>,
 }
 
 #[cfg(test)]
@@ -247,19 +483,33 @@ mod tests {
     }
 
     #[test]
-    fn create_room_refuses_unimplemented_kinds() {
-        for flags in [
-            json!({"ephemeral": true}),
-            json!({"encrypted": true}),
-            json!({"public": false}),
-        ] {
-            let mut p = obj(flags);
-            p.insert("name".into(), json!("r"));
-            let c: CreateRoom = parse(p).unwrap();
-            assert_eq!(c.validate().unwrap_err().code, ErrorCode::NotSupported);
+    fn room_names_are_trimmed_and_bounded() {
+        let c: CreateRoom = parse(obj(json!({"name": "  war room ", "ephemeral": true}))).unwrap();
+        assert_eq!(c.validate().unwrap(), "war room");
+        for bad in [json!(" "), json!("a\u{7}b"), json!("é".repeat(101))] {
+            let c: CreateRoom = parse(obj(json!({"name": bad}))).unwrap();
+            assert_eq!(c.validate().unwrap_err().code, ErrorCode::InvalidPayload);
         }
-        let c: CreateRoom = parse(obj(json!({"name": " "}))).unwrap();
-        assert_eq!(c.validate().unwrap_err().code, ErrorCode::InvalidPayload);
+        let c: CreateRoom = parse(obj(json!({"name": "é".repeat(100)}))).unwrap();
+        assert!(c.validate().is_ok());
+    }
+
+    #[test]
+    fn votes_tasks_presence_are_checked() {
+        let v: CreateVote =
+            parse(obj(json!({"room_id": "r", "title": "q", "options": ["a"]}))).unwrap();
+        assert!(v.validate().is_err());
+        let v: CreateVote = parse(obj(
+            json!({"room_id": "r", "title": "q", "options": ["a", "b"]}),
+        ))
+        .unwrap();
+        v.validate().unwrap();
+        let t: UpdateTask = parse(obj(json!({"task_id": "t", "status": "done"}))).unwrap();
+        assert!(t.validate().is_err());
+        let p: SetPresence = parse(obj(json!({"status": "working", "progress": 101}))).unwrap();
+        assert!(p.validate().is_err());
+        let p: SetPresence = parse(obj(json!({"status": "asleep"}))).unwrap();
+        assert!(p.validate().is_err());
     }
 
     #[test]

@@ -49,6 +49,8 @@ pub struct Config {
     pub cowchat_tcp: Option<String>,
     /// Cowchat webhook delivery settings.
     pub cowchat_webhooks: cowchat::webhooks::Options,
+    /// Per-key limits of the Cowchat face.
+    pub cowchat_limits: cowchat::Limits,
 }
 
 impl Config {
@@ -64,6 +66,7 @@ impl Config {
             max_request_bytes: convene_ipc::MAX_REQUEST_BYTES,
             cowchat_tcp: None,
             cowchat_webhooks: cowchat::webhooks::Options::default(),
+            cowchat_limits: cowchat::Limits::default(),
         }
     }
 }
@@ -153,9 +156,20 @@ pub async fn start(cfg: Config) -> Result<Running, DaemonError> {
         shutdown,
     });
 
-    // Before any listener: a client that sees a socket can use webhooks at once.
-    let hooks = cowchat::webhooks::start(daemon.clone(), &home.root, cfg.cowchat_webhooks.clone())?;
-
+    // The Cowchat face first (it may create the lobby): clients take a bound socket as
+    // "ready", so every face must be complete before the first listener exists.
+    let face = cowchat::Face::new(
+        daemon.clone(),
+        cowchat::FaceConfig {
+            home: home.root.clone(),
+            limits: cfg.cowchat_limits,
+        },
+    )
+    .await;
+    cowchat::webhooks::attach(
+        &face,
+        cowchat::webhooks::start(daemon.clone(), &home.root, cfg.cowchat_webhooks.clone())?,
+    );
     // We hold the home lock, so a socket file left behind is stale.
     let sock = home.socket();
     let _ = std::fs::remove_file(&sock);
@@ -177,8 +191,6 @@ pub async fn start(cfg: Config) -> Result<Running, DaemonError> {
         });
     }
     // The Cowchat face: `<home>/daemon/cowchat.sock`, and TCP when asked.
-    let face = cowchat::Face::new(daemon.clone());
-    cowchat::webhooks::attach(&face, hooks);
     let cowchat_socket = sock.with_file_name("cowchat.sock");
     let _ = std::fs::remove_file(&cowchat_socket);
     let cl = UnixListener::bind(&cowchat_socket)

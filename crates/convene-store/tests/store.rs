@@ -61,6 +61,7 @@ fn events_and_projections_commit_or_roll_back_together() {
             by: "user".into(),
             title: "t".into(),
             topic: String::new(),
+            settings: Default::default(),
         },
         true,
     );
@@ -127,6 +128,7 @@ fn readers_resolve_cursors_and_page_both_ways() {
             by: "user".into(),
             title: "t".into(),
             topic: String::new(),
+            settings: Default::default(),
         },
         true,
     )

@@ -242,8 +242,17 @@ impl Engine {
 
     fn dispatch(ctx: &mut Ctx<'_>, cmd: Command) -> Result<(), CoreError> {
         match cmd {
-            Command::GroupCreate { by, title, topic } => {
-                groups::create(ctx, &by, title, topic, None).map(|_| ())?
+            Command::GroupCreate {
+                by,
+                title,
+                topic,
+                settings,
+            } => {
+                let gid = groups::create(ctx, &by, title, topic, None)?;
+                // One command, one commit: a group is never seen without its settings.
+                if !settings.is_empty() {
+                    groups::settings(ctx, &gid, &by, settings)?;
+                }
             }
             Command::GroupUpdate {
                 group_id,

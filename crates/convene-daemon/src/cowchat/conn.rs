@@ -23,7 +23,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::JoinHandle;
 
-use super::{messages, rooms, webhooks, Face};
+use super::{agents, messages, rooms, webhooks, Face};
 use crate::ipc::Trust;
 
 /// Outbound frames queued per connection before producers wait.
@@ -71,6 +71,33 @@ impl Outbox {
         self.send(line).await
     }
 
+    /// Queues an unsolicited frame unless the queue is full (transient pushes only).
+    pub(super) fn try_frame(&self, ftype: &str, payload: Value) {
+        let id = self.next_id();
+        let line = OutFrame {
+            id: &id,
+            ftype,
+            reply_to: None,
+            payload,
+        }
+        .to_line();
+        let _ = self.tx.try_send(line);
+    }
+
+    /// Queues a frame whose payload is already serialized JSON (large answers).
+    pub(super) async fn frame_raw(
+        &self,
+        ftype: &str,
+        reply_to: Option<&Value>,
+        payload: &[u8],
+    ) -> bool {
+        let id = self.next_id();
+        self.send(convene_cowchat::frame::raw_line(
+            &id, ftype, reply_to, payload,
+        ))
+        .await
+    }
+
     /// Queues an error frame.
     pub(super) async fn error(&self, reply_to: Option<&Value>, e: &WireError) -> bool {
         let id = self.next_id();
@@ -87,14 +114,26 @@ pub(super) struct Agent {
     pub name: String,
 }
 
+/// A room's push task and how far it has pushed.
+pub(super) struct Sub {
+    handle: JoinHandle<()>,
+    cursor: Arc<AtomicU64>,
+}
+
 /// Per-connection state the handlers use.
 pub(super) struct Session {
     pub face: Arc<Face>,
     pub out: Arc<Outbox>,
     pub trust: Trust,
     pub agent: Option<Agent>,
+    /// The API-key principal (set by `register`).
+    pub principal: String,
+    /// This connection in the face's live registry (set by `register`).
+    pub conn_id: Option<u64>,
     /// room id → push task.
-    pub subs: HashMap<String, JoinHandle<()>>,
+    pub subs: HashMap<String, Sub>,
+    /// Events owed once the current answer is queued (the caller sees its answer first).
+    pub after: Vec<After>,
     inflight: Arc<Semaphore>,
     /// More frames are already buffered from the client (it is pipelining).
     more_buffered: bool,
@@ -105,24 +144,38 @@ impl Session {
     pub(super) fn subscribe(&mut self, room_id: &str, cursor: u64) {
         let Some(agent) = &self.agent else { return };
         // A finished task (the agent left the room, then joined again) is replaced.
-        if self.subs.get(room_id).is_some_and(|h| !h.is_finished()) {
+        if self
+            .subs
+            .get(room_id)
+            .is_some_and(|s| !s.handle.is_finished())
+        {
             return;
         }
-        let h = super::push::spawn(
+        let at = Arc::new(AtomicU64::new(cursor));
+        let handle = super::push::spawn(
             self.face.clone(),
             self.out.clone(),
             room_id.to_string(),
             agent.id.clone(),
-            cursor,
+            at.clone(),
         );
-        self.subs.insert(room_id.to_string(), h);
+        self.subs
+            .insert(room_id.to_string(), Sub { handle, cursor: at });
     }
 
     /// Stops pushing `room_id`.
     pub(super) fn unsubscribe(&mut self, room_id: &str) {
-        if let Some(h) = self.subs.remove(room_id) {
-            h.abort();
+        if let Some(s) = self.subs.remove(room_id) {
+            s.handle.abort();
         }
+    }
+
+    /// The registered agent's id ("" before `register`).
+    pub(super) fn me(&self) -> &str {
+        self.agent
+            .as_ref()
+            .map(|a| a.id.as_str())
+            .unwrap_or_default()
     }
 }
 
@@ -159,7 +212,10 @@ where
         out: out.clone(),
         trust,
         agent: None,
+        principal: String::new(),
+        conn_id: None,
         subs: HashMap::new(),
+        after: Vec::new(),
         inflight: Arc::new(Semaphore::new(MAX_INFLIGHT as usize)),
         more_buffered: false,
     };
@@ -200,17 +256,16 @@ where
             },
         }
     }
-    for (_, h) in s.subs.drain() {
-        h.abort();
+    let mut cursors = HashMap::new();
+    for (room, sub) in s.subs.drain() {
+        sub.handle.abort();
+        cursors.insert(room, sub.cursor.load(Ordering::Relaxed));
     }
     heartbeat.abort();
-    if let Some(a) = &s.agent {
-        let mut p = face.presence.lock();
-        if let Some(e) = p.get_mut(&a.id) {
-            e.1 = e.1.saturating_sub(1);
-            if e.1 == 0 {
-                p.remove(&a.id);
-            }
+    if let (Some(a), Some(c)) = (&s.agent, s.conn_id) {
+        let last = face.live.lock().detach(c, cursors);
+        if last {
+            super::agents::went_offline(&face, &a.id).await;
         }
     }
     // In-flight sends hold the outbox; let them answer, then the writer drains and ends.
@@ -287,52 +342,89 @@ async fn handle(s: &mut Session, f: Frame) -> bool {
     if let Ok(all) = s.inflight.acquire_many(MAX_INFLIGHT).await {
         drop(all);
     }
-    let res = match (f.ftype.as_str(), &s.agent) {
-        ("ping", _) => Ok(("pong", json!({}))),
-        ("register", None) => rooms::register(s, f.payload)
-            .await
-            .map(|v| ("registered", v)),
-        ("register", Some(_)) => Err(WireError::new(
+    if f.ftype == "ping" {
+        return s.out.frame("pong", rid, json!({})).await;
+    }
+    if s.agent.is_none() {
+        let res = match f.ftype.as_str() {
+            "register" => agents::register(s, f.payload).await,
+            _ => Err(WireError::new(ErrorCode::NotRegistered, "register first")),
+        };
+        let ok = reply(&s.out, rid, res).await;
+        settle_turns(s);
+        return ok;
+    }
+    {
+        let me = s.me().to_string();
+        s.face.live.lock().touch(&me);
+    }
+    let p = f.payload;
+    let res = match f.ftype.as_str() {
+        "register" => Err(WireError::new(
             ErrorCode::AlreadyRegistered,
             "this connection is already registered",
         )),
-        (_, None) => Err(WireError::new(ErrorCode::NotRegistered, "register first")),
-        ("create_room", Some(_)) => rooms::create_room(s, f.payload)
-            .await
-            .map(|v| ("room_created", v)),
-        ("join_room", Some(_)) => rooms::join_room(s, f.payload)
-            .await
-            .map(|v| ("room_joined", v)),
-        ("leave_room", Some(_)) => rooms::leave_room(s, f.payload)
-            .await
-            .map(|v| ("room_left", v)),
-        ("list_rooms", Some(_)) => rooms::list_rooms(s).await.map(|v| ("room_list", v)),
-        ("room_info", Some(_)) => rooms::room_info(s, f.payload)
-            .await
-            .map(|v| ("room_info", v)),
-        ("list_agents", Some(_)) => rooms::list_agents(s, f.payload).map(|v| ("agent_list", v)),
-        ("get_history", Some(_)) => messages::get_history(s, f.payload)
-            .await
-            .map(|v| ("history", v)),
-        ("room_tip", Some(_)) => messages::room_tip(s, f.payload)
-            .await
-            .map(|v| ("room_tip", v)),
-        ("subscribe", Some(_)) => webhooks::subscribe(s, f.payload).await.map(|v| ("ok", v)),
-        ("unsubscribe", Some(_)) => webhooks::unsubscribe(s, f.payload).await.map(|v| ("ok", v)),
-        ("list_subscriptions", Some(_)) => webhooks::list_subscriptions(s, f.payload)
-            .await
-            .map(|v| ("ok", v)),
-        ("enable_subscription", Some(_)) => webhooks::enable_subscription(s, f.payload)
-            .await
-            .map(|v| ("ok", v)),
-        (t, Some(_)) => Err(WireError::new(
+        "create_room" => rooms::create_room(s, p).await,
+        "join_room" => rooms::join_room(s, p).await,
+        "leave_room" => rooms::leave_room(s, p).await,
+        "rename_room" => rooms::rename_room(s, p).await,
+        "destroy_room" => rooms::destroy_room(s, p).await,
+        "list_rooms" => rooms::list_rooms(s, p).await,
+        "room_info" => rooms::room_info(s, p).await,
+        "list_agents" => agents::list_agents(s, p),
+        "set_typing" => agents::set_typing(s, p),
+        "set_presence" => agents::set_presence(s, p),
+        "room_tip" => messages::room_tip(s, p).await,
+        "thinking" => messages::thinking(s, p).await,
+        "get_history" => {
+            return match messages::get_history(s, p).await {
+                Ok(raw) => s.out.frame_raw("ok", rid, &raw).await,
+                Err(e) => s.out.error(rid, &e).await,
+            }
+        }
+        "subscribe" => webhooks::subscribe(s, p).await,
+        "unsubscribe" => webhooks::unsubscribe(s, p).await,
+        "list_subscriptions" => webhooks::list_subscriptions(s, p).await,
+        "enable_subscription" => webhooks::enable_subscription(s, p).await,
+        t => Err(WireError::new(
             ErrorCode::UnknownType,
             format!("unknown frame type: {t}"),
         )),
     };
+    let ok = reply(&s.out, rid, res).await;
+    settle_turns(s);
+    ok
+}
+
+/// Something a handler owes once its answer is queued.
+pub(super) enum After {
+    /// A turn-token rule: (room, agent, reason).
+    Turn(String, String, &'static str),
+    /// A transient push to these connections.
+    Push(Vec<Arc<Outbox>>, &'static str, Value),
+}
+
+/// Applies what a handler left for after its answer.
+fn settle_turns(s: &mut Session) {
+    for a in std::mem::take(&mut s.after) {
+        match a {
+            After::Turn(room, agent, reason) => {
+                super::live::turn_event(&s.face, &room, &agent, reason)
+            }
+            After::Push(outs, t, v) => super::live::fan_out(&outs, t, &v),
+        }
+    }
+}
+
+/// Sends the `ok` (or `error`) answer of a request.
+pub(super) async fn reply(
+    out: &Outbox,
+    rid: Option<&Value>,
+    res: Result<Value, WireError>,
+) -> bool {
     match res {
-        Ok((t, v)) => s.out.frame(t, rid, v).await,
-        Err(e) => s.out.error(rid, &e).await,
+        Ok(v) => out.frame("ok", rid, v).await,
+        Err(e) => out.error(rid, &e).await,
     }
 }
 
@@ -355,7 +447,7 @@ async fn send_pipelined(s: &mut Session, f: Frame) -> bool {
     if !s.more_buffered && s.inflight.available_permits() + 1 == MAX_INFLIGHT as usize {
         if let Some(r) = ledger.try_inline(&mut cmd) {
             drop(permit);
-            return answer_send(&s.out, rid.as_ref(), r).await;
+            return answer_send(&s.face, &s.out, rid.as_ref(), r).await;
         }
     }
     let Some(cmd) = cmd else {
@@ -373,15 +465,16 @@ async fn send_pipelined(s: &mut Session, f: Frame) -> bool {
     }));
     let first = std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx))).await;
     let out = s.out.clone();
+    let face = s.face.clone();
     match first {
         Poll::Ready(r) => {
             drop(permit);
-            answer_send(&out, rid.as_ref(), r).await
+            answer_send(&face, &out, rid.as_ref(), r).await
         }
         Poll::Pending => {
             tokio::spawn(async move {
                 let r = fut.await;
-                answer_send(&out, rid.as_ref(), r).await;
+                answer_send(&face, &out, rid.as_ref(), r).await;
                 drop(permit);
             });
             true
@@ -390,12 +483,17 @@ async fn send_pipelined(s: &mut Session, f: Frame) -> bool {
 }
 
 async fn answer_send(
+    face: &Face,
     out: &Outbox,
     rid: Option<&Value>,
     r: Result<crate::ledger::Committed, convene_core::CoreError>,
 ) -> bool {
     match r.map_err(super::wire).and_then(messages::sent_payload) {
-        Ok(v) => out.frame("message_sent", rid, v).await,
+        Ok((v, turn)) => {
+            let ok = out.frame_raw("ok", rid, &v).await;
+            messages::apply_turn(face, turn);
+            ok
+        }
         Err(e) => out.error(rid, &e).await,
     }
 }

@@ -1,103 +1,355 @@
-//! Messages: `send_message` → `Command::Send`; `get_history` / `room_tip` from the store's
-//! read side; and the one conversion from a stored `chat.message` to a Cowchat message.
+//! Messages: `send_message` → `Command::Send`, `thinking` → an `x.cowchat.thinking` event,
+//! `get_history` / `room_tip` from the store's read side, and the one conversion from a
+//! stored event to a Cowchat message.
 //!
 //! Mapping: `content` = `data.text`; `reply_to` = the engine's `data.reply_to` (message ids
-//! are event ids); `mentions` and `metadata` live under `data.cowchat`. `seq` is the event's
-//! per-group ledger `seq`: it never regresses, but it has gaps (membership and other
-//! events share the sequence). Mail (`message_mode: mail`) is private and never shown.
+//! are event ids); the sender's name, `mentions`, `metadata` and the decision mark live under
+//! `data.cowchat`. `seq` is the event's per-group ledger `seq`: it never regresses, but it has
+//! gaps (membership and other events share the sequence). Mail is private, never shown.
+//!
+//! Messages are rendered straight from the stored JSON into bytes (a borrowed view, no JSON
+//! tree): a history of 10,000 messages is one reply, and it has to be cheap.
 
-use convene_core::{event::kinds, Command, Event, SendArgs};
-use convene_cowchat::{parse, ErrorCode, GetHistory, RoomRef, SendMessage, WireError};
-use convene_store::{RawEvent, Readers, Since};
-use serde_json::{json, Map, Value};
+use std::borrow::Cow;
 use std::sync::Arc;
 
+use convene_core::{event::kinds, Command, Event, SendArgs};
+use convene_cowchat::frame::push_json_str;
+use convene_cowchat::{
+    e2e, parse, ErrorCode, GetHistory, RoomContent, RoomRef, SendMessage, WireError,
+};
+use convene_store::{RawEvent, Readers};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{json, Map, Value};
+
 use super::conn::Session;
-use super::{rooms, wire, DATA_KEY};
+use super::{live, rooms, wire, Face, DATA_KEY, THINKING_KIND};
 
-/// The Cowchat message of a stored event, if it is a visible `chat.message`.
-pub(super) fn message_payload(e: &Event) -> Option<Value> {
-    if e.kind != kinds::CHAT_MESSAGE || e.data_str("message_mode") == Some("mail") {
-        return None;
+/// A stored event, borrowed from its JSON: only what a message needs.
+#[derive(Deserialize)]
+pub(super) struct Stored<'a> {
+    #[serde(borrow)]
+    id: Cow<'a, str>,
+    #[serde(borrow)]
+    pub kind: Cow<'a, str>,
+    #[serde(borrow)]
+    group_id: Cow<'a, str>,
+    #[serde(borrow)]
+    pub by: Cow<'a, str>,
+    #[serde(borrow)]
+    ts: Cow<'a, str>,
+    pub seq: u64,
+    #[serde(borrow, default)]
+    data: StoredData<'a>,
+}
+
+#[derive(Deserialize, Default)]
+struct StoredData<'a> {
+    #[serde(borrow, default)]
+    text: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    message_mode: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    reply_to: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    actor_id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    title: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    cowchat: Option<CowData<'a>>,
+}
+
+#[derive(Deserialize, Default)]
+struct CowData<'a> {
+    #[serde(borrow, default)]
+    name: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    mentions: Option<Vec<Cow<'a, str>>>,
+    #[serde(borrow, default)]
+    metadata: Option<&'a RawValue>,
+    #[serde(default)]
+    decision: bool,
+}
+
+impl<'a> Stored<'a> {
+    /// Parses a stored event.
+    pub fn parse(json: &'a str) -> Option<Self> {
+        serde_json::from_str(json).ok()
     }
-    let cc = e.data.get(DATA_KEY);
-    Some(json!({
-        "room_id": e.group_id,
-        "message_id": e.id,
-        "seq": e.seq,
-        "sender": e.by,
-        "content": e.data_str("text").unwrap_or_default(),
-        "reply_to": e.data.get("reply_to").cloned().unwrap_or(Value::Null),
-        "mentions": cc.and_then(|c| c.get("mentions")).cloned().unwrap_or_else(|| json!([])),
-        "metadata": cc.and_then(|c| c.get("metadata")).cloned().unwrap_or_else(|| json!({})),
-        "timestamp": e.ts,
-    }))
+
+    /// True for a message or thinking pulse that members may read (not Mail).
+    pub fn is_message(&self) -> bool {
+        (self.kind == kinds::CHAT_MESSAGE && self.data.message_mode.as_deref() != Some("mail"))
+            || self.kind == THINKING_KIND
+    }
+
+    /// True for a thinking pulse.
+    pub fn is_thinking(&self) -> bool {
+        self.kind == THINKING_KIND
+    }
+
+    /// True for a leader's decision.
+    pub fn is_decision(&self) -> bool {
+        self.data.cowchat.as_ref().is_some_and(|c| c.decision)
+    }
+
+    /// Mentioned agent ids.
+    pub fn mentions(&self) -> impl Iterator<Item = &str> {
+        self.data
+            .cowchat
+            .iter()
+            .flat_map(|c| c.mentions.iter().flatten())
+            .map(|m| m.as_ref())
+    }
+
+    /// The sender's display name.
+    pub fn name(&self) -> &str {
+        self.data
+            .cowchat
+            .as_ref()
+            .and_then(|c| c.name.as_deref())
+            .unwrap_or(&self.by)
+    }
+
+    /// For membership events: the actor and its title.
+    pub fn actor(&self) -> Option<(&str, &str)> {
+        let a = self.data.actor_id.as_deref()?;
+        Some((a, self.data.title.as_deref().unwrap_or(a)))
+    }
+
+    /// The room id.
+    pub fn room(&self) -> &str {
+        &self.group_id
+    }
+
+    /// Appends the wire Message object.
+    pub fn write_message(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"{\"message_id\":");
+        push_json_str(out, &self.id);
+        out.extend_from_slice(b",\"room_id\":");
+        push_json_str(out, &self.group_id);
+        out.extend_from_slice(b",\"seq\":");
+        out.extend_from_slice(self.seq.to_string().as_bytes());
+        out.extend_from_slice(b",\"agent_id\":");
+        push_json_str(out, &self.by);
+        out.extend_from_slice(b",\"agent_name\":");
+        push_json_str(out, self.name());
+        out.extend_from_slice(b",\"content\":");
+        push_json_str(out, self.data.text.as_deref().unwrap_or_default());
+        out.extend_from_slice(b",\"timestamp\":");
+        push_json_str(out, &self.ts);
+        if let Some(r) = self.data.reply_to.as_deref().filter(|r| !r.is_empty()) {
+            out.extend_from_slice(b",\"reply_to\":");
+            push_json_str(out, r);
+        }
+        if let Some(c) = &self.data.cowchat {
+            if let Some(m) = c.mentions.as_ref().filter(|m| !m.is_empty()) {
+                out.extend_from_slice(b",\"mentions\":[");
+                for (i, x) in m.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    push_json_str(out, x);
+                }
+                out.push(b']');
+            }
+            if let Some(md) = c.metadata {
+                out.extend_from_slice(b",\"metadata\":");
+                out.extend_from_slice(md.get().as_bytes());
+            }
+        }
+        out.push(b'}');
+    }
+
+    /// The wire Message object as a JSON value.
+    pub fn message_value(&self) -> Value {
+        let mut b = Vec::with_capacity(256);
+        self.write_message(&mut b);
+        serde_json::from_slice(&b).unwrap_or(Value::Null)
+    }
 }
 
-fn raw_message(r: &RawEvent) -> Option<Value> {
-    serde_json::from_str::<Event>(&r.json)
-        .ok()
-        .and_then(|e| message_payload(&e))
+/// The Cowchat message of a stored event, if it is a visible message or thinking pulse
+/// (for consumers outside the push path, such as webhooks).
+#[allow(dead_code)]
+pub(crate) fn message_payload(e: &Event) -> Option<Value> {
+    let json = e.to_json();
+    let s = Stored::parse(&json)?;
+    s.is_message().then(|| s.message_value())
 }
 
-/// Builds the engine command for a `send_message` frame (checks membership of mentions).
+/// Refuses plaintext in an end-to-end encrypted room.
+fn check_sealed(encrypted: bool, content: &str) -> Result<(), WireError> {
+    if encrypted && !e2e::is_sealed(content) {
+        return Err(WireError::new(
+            ErrorCode::PlaintextInEncryptedRoom,
+            "this room is end-to-end encrypted: content must be a cow1:/clw1: sealed blob (set a room key)",
+        ));
+    }
+    Ok(())
+}
+
+/// Checks that the agent may post `content` to `room_id` now: member, sealed when the room
+/// is encrypted, within its key's message rate.
+pub(super) fn check_post(s: &Session, room_id: &str, content: &str) -> Result<(), WireError> {
+    let me = s.me();
+    {
+        let eng = s.face.d.ledger.engine();
+        let g = rooms::room(&eng, room_id)?;
+        if g.actor(me).is_none() {
+            return Err(WireError::new(
+                ErrorCode::NotInRoom,
+                format!("{me} is not a member of {room_id}"),
+            ));
+        }
+        check_sealed(rooms::attrs(g).encrypted, content)?;
+    }
+    if !s
+        .face
+        .live
+        .lock()
+        .allow_message(&s.principal, &s.face.cfg.limits)
+    {
+        return Err(WireError::new(
+            ErrorCode::RateLimitMessages,
+            format!(
+                "message rate limit of this API key exceeded ({}/s)",
+                s.face.cfg.limits.messages_per_sec
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn cow_data(
+    s: &Session,
+    mentions: Vec<String>,
+    metadata: Option<Map<String, Value>>,
+) -> Map<String, Value> {
+    let mut cc = Map::new();
+    if let Some(a) = &s.agent {
+        cc.insert("name".into(), json!(a.name));
+    }
+    if !mentions.is_empty() {
+        cc.insert("mentions".into(), json!(mentions));
+    }
+    if let Some(md) = metadata {
+        cc.insert("metadata".into(), Value::Object(md));
+    }
+    cc
+}
+
+/// Builds the engine command for a `send_message` frame (checks mentions are members).
 pub(super) fn send_command(s: &Session, payload: Map<String, Value>) -> Result<Command, WireError> {
     let m: SendMessage = parse(payload)?;
     m.validate()?;
-    let me = s.agent.as_ref().map(|a| a.id.clone()).unwrap_or_default();
+    check_post(s, &m.room_id, &m.content)?;
     let mentions = m.mentions.unwrap_or_default();
-    {
+    if !mentions.is_empty() {
         let eng = s.face.d.ledger.engine();
         let g = rooms::room(&eng, &m.room_id)?;
-        if g.actor(&me).is_none() {
-            return Err(WireError::new(
-                ErrorCode::NotMember,
-                format!("{me} is not a member of {}", m.room_id),
-            ));
-        }
         if let Some(x) = mentions.iter().find(|x| g.actor(x).is_none()) {
             return Err(WireError::new(
-                ErrorCode::NotMember,
+                ErrorCode::NotInRoom,
                 format!("mention {x} is not a member of {}", m.room_id),
             ));
         }
     }
+    Ok(message_command(
+        s,
+        m.room_id,
+        m.content,
+        m.reply_to,
+        cow_data(s, mentions, m.metadata),
+    ))
+}
+
+/// A `chat.message` to the whole room.
+pub(super) fn message_command(
+    s: &Session,
+    room_id: String,
+    content: String,
+    reply_to: Option<String>,
+    cc: Map<String, Value>,
+) -> Command {
     let mut extra = Map::new();
-    let mut cc = Map::new();
-    if !mentions.is_empty() {
-        cc.insert("mentions".into(), json!(mentions));
-    }
-    if let Some(md) = m.metadata {
-        cc.insert("metadata".into(), Value::Object(md));
-    }
-    if !cc.is_empty() {
-        extra.insert(DATA_KEY.into(), Value::Object(cc));
-    }
-    Ok(Command::Send(SendArgs {
-        group_id: m.room_id,
-        by: me,
-        text: Some(m.content),
+    extra.insert(DATA_KEY.into(), Value::Object(cc));
+    Command::Send(SendArgs {
+        group_id: room_id,
+        by: s.me().to_string(),
+        text: Some(content),
         message_mode: Some("send".into()),
         to: vec!["@all".into()],
-        reply_to: m.reply_to.filter(|r| !r.is_empty()),
+        reply_to: reply_to.filter(|r| !r.is_empty()),
         extra,
         ..SendArgs::default()
-    }))
+    })
 }
 
-/// The `message_sent` payload of a committed send.
-pub(super) fn sent_payload(c: crate::ledger::Committed) -> Result<Value, WireError> {
-    let e = c
-        .primary()
-        .ok_or_else(|| WireError::new(ErrorCode::Internal, "send appended nothing"))?;
-    Ok(json!({"room_id": e.group_id, "message_id": e.id, "seq": e.seq, "timestamp": e.ts}))
+/// A turn-token move owed after an answer is queued: (room, sender).
+pub(super) type TurnMove = Option<(String, String)>;
+
+/// The `ok` payload (the Message) of a committed send, and the turn move it causes (applied
+/// by the caller after the answer, so the sender sees its answer first).
+pub(super) fn sent_payload(c: crate::ledger::Committed) -> Result<(Vec<u8>, TurnMove), WireError> {
+    let json = match (&c.existing, c.events.first()) {
+        (Some(e), _) => e.to_json(),
+        (None, Some((_, j))) => j.clone(),
+        (None, None) => return Err(WireError::new(ErrorCode::Internal, "send appended nothing")),
+    };
+    let st = Stored::parse(&json)
+        .ok_or_else(|| WireError::new(ErrorCode::Internal, "unreadable stored message"))?;
+    let turn = (c.existing.is_none() && !st.is_thinking())
+        .then(|| (st.room().to_string(), st.by.to_string()));
+    let mut out = Vec::with_capacity(json.len() + 64);
+    st.write_message(&mut out);
+    Ok((out, turn))
 }
 
-fn msg_kinds() -> Vec<String> {
-    vec![kinds::CHAT_MESSAGE.to_string()]
+/// Applies a turn move owed by a send.
+pub(super) fn apply_turn(face: &Face, t: TurnMove) {
+    if let Some((room, by)) = t {
+        live::turn_event(face, &room, &by, "message_sent");
+    }
 }
 
-async fn blocking<T: Send + 'static>(
+/// `thinking`: a persisted pulse pushed as `thinking`; it does not advance the turn token
+/// and never wakes `wait` (it is not a `chat.message`).
+pub(super) async fn thinking(s: &Session, payload: Map<String, Value>) -> Result<Value, WireError> {
+    let t: RoomContent = parse(payload)?;
+    t.validate()?;
+    check_post(s, &t.room_id, &t.content)?;
+    let mut md = t.metadata.unwrap_or_default();
+    md.insert("type".into(), json!("thinking"));
+    let mut data = Map::new();
+    data.insert("text".into(), json!(t.content));
+    data.insert(
+        DATA_KEY.into(),
+        Value::Object(cow_data(s, Vec::new(), Some(md))),
+    );
+    let c = s
+        .face
+        .d
+        .ledger
+        .execute(Command::AppendExtension {
+            group_id: t.room_id,
+            by: s.me().to_string(),
+            kind: THINKING_KIND.into(),
+            data: Value::Object(data),
+        })
+        .await
+        .map_err(wire)?;
+    let (raw, _) = sent_payload(c)?;
+    serde_json::from_slice(&raw).map_err(|e| WireError::new(ErrorCode::Internal, e.to_string()))
+}
+
+/// History kinds: messages and thinking pulses.
+pub(super) fn msg_kinds() -> Vec<String> {
+    vec![kinds::CHAT_MESSAGE.to_string(), THINKING_KIND.to_string()]
+}
+
+pub(super) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, convene_store::StoreError> + Send + 'static,
 ) -> Result<T, WireError> {
     tokio::task::spawn_blocking(f)
@@ -106,24 +358,39 @@ async fn blocking<T: Send + 'static>(
         .map_err(|e| wire(e.into()))
 }
 
+/// Checks that the agent is a member of the room it reads.
+fn check_reader(s: &Session, room_id: &str) -> Result<(), WireError> {
+    let eng = s.face.d.ledger.engine();
+    let g = rooms::room(&eng, room_id)?;
+    if g.actor(s.me()).is_none() {
+        return Err(WireError::new(
+            ErrorCode::NotInRoom,
+            format!("join {room_id} to read its history"),
+        ));
+    }
+    Ok(())
+}
+
+async fn seq_of(readers: &Arc<Readers>, gid: &str, id: &str) -> Result<u64, WireError> {
+    let (r, g, id2) = (readers.clone(), gid.to_string(), id.to_string());
+    let ev = blocking(move || r.event(&g, &id2)).await?;
+    ev.map(|e| e.seq).ok_or_else(|| {
+        WireError::new(
+            ErrorCode::MessageNotFound,
+            format!("no message {id} in this room"),
+        )
+    })
+}
+
 /// `get_history`: without a lower bound, the newest `limit` messages (before `before`);
-/// with `since_seq` or `since`, the oldest `limit` messages after it. Always oldest first.
+/// with `since` (a message id) or `since_seq`, the oldest `limit` messages after it. Always
+/// oldest first. Returns the serialized `ok` payload.
 pub(super) async fn get_history(
     s: &Session,
     payload: Map<String, Value>,
-) -> Result<Value, WireError> {
+) -> Result<Vec<u8>, WireError> {
     let h: GetHistory = parse(payload)?;
-    let me = s.agent.as_ref().map(|a| a.id.clone()).unwrap_or_default();
-    {
-        let eng = s.face.d.ledger.engine();
-        let g = rooms::room(&eng, &h.room_id)?;
-        if g.actor(&me).is_none() {
-            return Err(WireError::new(
-                ErrorCode::NotMember,
-                format!("join {} to read its history", h.room_id),
-            ));
-        }
-    }
+    check_reader(s, &h.room_id)?;
     let limit = h
         .limit
         .map(|l| l as usize)
@@ -137,81 +404,89 @@ pub(super) async fn get_history(
             n.as_u64()
                 .ok_or_else(|| WireError::payload("before must be a seq or a message id"))?,
         ),
-        Some(Value::String(id)) => {
-            let (r, g, id2) = (readers.clone(), gid.clone(), id.clone());
-            let ev = blocking(move || r.event(&g, &id2)).await?;
-            Some(ev.map(|e| e.seq).ok_or_else(|| {
-                WireError::new(
-                    ErrorCode::MessageNotFound,
-                    format!("no message {id} in this room"),
-                )
-            })?)
-        }
+        Some(Value::String(id)) => Some(seq_of(&readers, &gid, id).await?),
         Some(_) => return Err(WireError::payload("before must be a seq or a message id")),
     };
     let after = match (h.since_seq, &h.since) {
         (Some(n), _) => Some(n),
-        (None, Some(ts)) => {
-            let t = convene_core::event::parse_ts(ts)
-                .ok_or_else(|| WireError::payload("since must be an RFC 3339 time"))?;
-            // Messages at or after `since`: resolve to the last seq strictly before it.
-            let t = convene_core::event::format_ts(t - time::Duration::microseconds(1));
-            let (r, g) = (readers.clone(), gid.clone());
-            Some(
-                blocking(move || r.resolve(&g, &Since::Ts(t)))
-                    .await?
-                    .unwrap_or(0),
-            )
-        }
-        (None, None) => None,
+        (None, Some(id)) if !id.is_empty() => Some(seq_of(&readers, &gid, id).await?),
+        _ => None,
     };
-    let rows = blocking(move || match after {
-        Some(a) => readers.events_after(&gid, a, limit, &msg_kinds()),
-        None => readers.events_before(&gid, before.unwrap_or(0), limit, &msg_kinds()),
+    let room = h.room_id;
+    blocking(move || {
+        let rows = match after {
+            Some(a) => readers.events_after(&gid, a, limit, &msg_kinds())?,
+            None => readers.events_before(&gid, before.unwrap_or(0), limit, &msg_kinds())?,
+        };
+        Ok(render_history(&room, &rows, limit, before))
     })
-    .await?;
-    let full = rows.len() == limit;
-    let messages: Vec<Value> = rows
-        .iter()
-        .filter(|r| before.map(|b| r.seq < b).unwrap_or(true))
-        .filter_map(raw_message)
-        .collect();
-    Ok(json!({"room_id": h.room_id, "messages": messages, "has_more": full}))
+    .await
 }
 
-/// `room_tip`: the newest visible message's `seq` (0 when none) and the ledger head.
+fn render_history(room: &str, rows: &[RawEvent], limit: usize, before: Option<u64>) -> Vec<u8> {
+    let full = rows.len() == limit;
+    let mut out = Vec::with_capacity(rows.iter().map(|r| r.json.len()).sum::<usize>() + 64);
+    out.extend_from_slice(b"{\"room_id\":");
+    push_json_str(&mut out, room);
+    out.extend_from_slice(b",\"messages\":[");
+    let mut first = true;
+    for r in rows {
+        if before.is_some_and(|b| r.seq >= b) {
+            continue;
+        }
+        let Some(st) = Stored::parse(&r.json) else {
+            continue;
+        };
+        if !st.is_message() {
+            continue;
+        }
+        if !first {
+            out.push(b',');
+        }
+        first = false;
+        st.write_message(&mut out);
+    }
+    out.extend_from_slice(b"],\"has_more\":");
+    out.extend_from_slice(if full { b"true" } else { b"false" });
+    out.push(b'}');
+    out
+}
+
+/// `room_tip`: the newest visible message's `seq` (0 when none).
 pub(super) async fn room_tip(s: &Session, payload: Map<String, Value>) -> Result<Value, WireError> {
     let r: RoomRef = parse(payload)?;
     let gid = {
         let eng = s.face.d.ledger.engine();
-        rooms::resolve(&eng, &r)?.group_id.clone()
+        rooms::resolve_visible(&eng, &r, &s.principal)?
+            .group_id
+            .clone()
     };
     let readers = s.face.d.ledger.readers().clone();
     let g = gid.clone();
-    let (tip, head) = blocking(move || {
+    let tip = blocking(move || {
         let mut before = 0;
+        let kinds = vec![kinds::CHAT_MESSAGE.to_string()];
         // Walk back past Mail (private) until a visible message or the start.
         loop {
-            let page = readers.events_before(&g, before, 64, &msg_kinds())?;
-            if let Some(m) = page.iter().rev().find_map(|r| raw_message(r).map(|_| r)) {
-                return Ok((
-                    Some((m.seq, m.id.clone(), m.ts.clone())),
-                    readers.head_seq(&g)?,
-                ));
+            let page = readers.events_before(&g, before, 64, &kinds)?;
+            if let Some(m) = page
+                .iter()
+                .rev()
+                .find(|r| Stored::parse(&r.json).is_some_and(|s| s.is_message()))
+            {
+                return Ok(Some((m.seq, m.id.clone(), m.ts.clone())));
             }
             match page.first() {
                 Some(f) if page.len() == 64 => before = f.seq,
-                _ => return Ok((None, readers.head_seq(&g)?)),
+                _ => return Ok(None),
             }
         }
     })
     .await?;
     Ok(match tip {
         Some((seq, id, ts)) => {
-            json!({"room_id": gid, "seq": seq, "message_id": id, "timestamp": ts, "head_seq": head})
+            json!({"room_id": gid, "seq": seq, "message_id": id, "timestamp": ts})
         }
-        None => {
-            json!({"room_id": gid, "seq": 0, "message_id": null, "timestamp": null, "head_seq": head})
-        }
+        None => json!({"room_id": gid, "seq": 0, "message_id": null, "timestamp": null}),
     })
 }

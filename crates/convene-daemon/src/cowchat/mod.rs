@@ -1,16 +1,21 @@
-//! The Cowchat protocol v2 face (NDJSON frames on `<home>/daemon/cowchat.sock` and optional
-//! TCP). Thin, like the IPC face: the wire format lives in `convene-cowchat`; this module maps
-//! rooms onto groups, agents onto actors and messages onto `chat.message` events, so every
-//! face sees the same ledger. See docs/cowchat.md for the mapping and what is not done yet.
+//! The Cowchat protocol v2 face (NDJSON frames on `<home>/daemon/cowchat.sock`, TCP and
+//! WebSocket). Thin, like the IPC face: the wire format lives in `convene-cowchat`; this
+//! module maps rooms onto groups, agents onto actors and messages onto `chat.message`
+//! events, so every face sees the same ledger. Live-only state (connections, presence, the
+//! turn token, reconnect cursors) is in [`live`]. See docs/cowchat.md.
 
+mod agents;
 mod conn;
+mod keys;
+mod live;
 mod messages;
 mod push;
 mod rooms;
 pub mod webhooks;
 
-use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use convene_core::{CoreError, ErrorCode as Core};
 use convene_cowchat::{ErrorCode, WireError};
@@ -18,6 +23,8 @@ use parking_lot::Mutex;
 
 use crate::ipc::Trust;
 use crate::Daemon;
+
+pub use keys::Limits;
 
 /// Principal the face uses for room and membership management (`svc:` principals may
 /// manage groups; the agents themselves are the `by` of their messages).
@@ -31,31 +38,47 @@ pub(crate) const DATA_KEY: &str = "cowchat";
 /// Actor `runtime` given to Cowchat agents: a name without a transport, so the runtime
 /// worker records no delivery attempts for them (they read pushes instead).
 pub(crate) const RUNTIME: &str = "cowchat";
+/// Event kind of a thinking pulse: persisted, in history, never a `chat.message` (so it
+/// neither wakes `wait` nor lands in CCCS inboxes).
+pub(crate) const THINKING_KIND: &str = "x.cowchat.thinking";
+/// How long a disconnected agent keeps its memberships and its replay cursors.
+pub(crate) const RECONNECT_WINDOW: Duration = Duration::from_secs(120);
 
-/// Daemon-wide state of the face: presence and the room-creation lock.
+/// Settings of the face.
+#[derive(Debug, Clone)]
+pub struct FaceConfig {
+    /// The daemon home (`auth.key`, `keys.d/`).
+    pub home: PathBuf,
+    /// Per-key limits.
+    pub limits: Limits,
+}
+
+/// Daemon-wide state of the face.
 pub struct Face {
     d: Arc<Daemon>,
-    /// agent id → (display name, open connections).
-    presence: Mutex<HashMap<String, (String, usize)>>,
-    /// Serializes `create_room` so two clients cannot create the same name.
-    create: tokio::sync::Mutex<()>,
-    /// Webhook subscriptions, once `webhooks::start` ran.
+    cfg: FaceConfig,
+    live: Mutex<live::Live>,
+    /// Serializes room creation, rename and removal so a name is taken once.
+    rooms_lock: tokio::sync::Mutex<()>,
+    /// Webhook subscriptions, once `webhooks::attach` ran.
     hooks: std::sync::OnceLock<Arc<webhooks::Hooks>>,
 }
 
 impl Face {
-    /// The face over a started daemon.
-    pub fn new(d: Arc<Daemon>) -> Arc<Self> {
-        Arc::new(Self {
+    /// The face over a started daemon. Agents that were members when the daemon stopped
+    /// count as just disconnected: they keep their rooms for the reconnect window.
+    pub async fn new(d: Arc<Daemon>, cfg: FaceConfig) -> Arc<Self> {
+        let face = Arc::new(Self {
             d,
-            presence: Mutex::new(HashMap::new()),
-            create: tokio::sync::Mutex::new(()),
+            cfg,
+            live: Mutex::new(live::Live::default()),
+            rooms_lock: tokio::sync::Mutex::new(()),
             hooks: std::sync::OnceLock::new(),
-        })
-    }
-
-    fn online(&self, agent_id: &str) -> bool {
-        self.presence.lock().contains_key(agent_id)
+        });
+        rooms::ensure_lobby(&face).await;
+        live::adopt_members_at_start(&face);
+        live::spawn_reaper(face.clone());
+        face
     }
 }
 
@@ -65,7 +88,7 @@ pub(crate) fn wire(e: CoreError) -> WireError {
         Core::InvalidRequest | Core::LimitExceeded | Core::InvalidCursor => {
             ErrorCode::InvalidPayload
         }
-        Core::PermissionDenied | Core::ActorNotFound => ErrorCode::NotMember,
+        Core::PermissionDenied | Core::ActorNotFound => ErrorCode::NotInRoom,
         Core::GroupNotFound => ErrorCode::RoomNotFound,
         Core::EventNotFound => ErrorCode::MessageNotFound,
         Core::DaemonUnavailable | Core::StorageError => ErrorCode::Unavailable,

@@ -1,18 +1,23 @@
-//! Pushes for one joined room: `message_received`, `agent_joined`, `agent_left`.
+//! Pushes for one joined room, derived from the ledger in its order: `message_received`,
+//! `mention`, `thinking`, `decision_made`, `agent_joined`, `agent_left` (and the
+//! coordination events of `coord`).
 //!
 //! Cursor-based exactly like `events_stream`: read `seq > cursor` from the hub's memory
 //! buffer, or from the store when the buffer no longer reaches back, then wait for the
 //! head to move. So a push task never skips or repeats an event, and a slow reader only
-//! lags (the outbox is bounded; see `conn.rs`).
+//! lags (the outbox is bounded; see `conn.rs`). The cursor is shared with the connection so
+//! a reconnect within the window resumes from it.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use convene_core::{event::kinds, Event};
-use serde_json::json;
+use convene_core::event::kinds;
+use convene_cowchat::frame::push_json_str;
 use tokio::task::JoinHandle;
 
 use super::conn::Outbox;
-use super::{messages, Face};
+use super::messages::Stored;
+use super::Face;
 
 /// Events read per page while catching up.
 const PAGE: usize = 1000;
@@ -23,39 +28,86 @@ pub(super) fn spawn(
     out: Arc<Outbox>,
     room_id: String,
     me: String,
-    cursor: u64,
+    cursor: Arc<AtomicU64>,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
-        if let Err(e) = run(&face, &out, &room_id, &me, cursor).await {
+        if let Err(e) = run(&face, &out, &room_id, &me, &cursor).await {
             tracing::debug!(room = %room_id, error = %e, "cowchat push ended");
         }
     })
 }
 
-/// The Cowchat push frame for a committed event, if any. The agent's own messages and its
-/// own join/leave are not pushed back to it: it already has the reply.
-fn push_of(e: &Event, me: &str) -> Option<(&'static str, serde_json::Value)> {
-    match e.kind.as_str() {
-        kinds::CHAT_MESSAGE if e.by != me => {
-            messages::message_payload(e).map(|p| ("message_received", p))
+/// The push frames (type, payload JSON) for a committed event. The agent's own messages
+/// and its own join/leave are not pushed back to it: it already has the reply.
+fn pushes_of(e: &Stored<'_>, me: &str) -> Vec<(&'static str, Vec<u8>)> {
+    let mut v = Vec::new();
+    match e.kind.as_ref() {
+        _ if e.is_message() => {
+            if e.by == me {
+                return v;
+            }
+            let mut msg = Vec::with_capacity(256);
+            e.write_message(&mut msg);
+            if e.mentions().any(|m| m == me) {
+                let mut p = Vec::with_capacity(msg.len() + 48);
+                p.extend_from_slice(b"{\"room_id\":");
+                push_json_str(&mut p, e.room());
+                p.extend_from_slice(b",\"message\":");
+                p.extend_from_slice(&msg);
+                p.push(b'}');
+                v.push(("mention", p));
+            }
+            let t = if e.is_thinking() {
+                "thinking"
+            } else if e.is_decision() {
+                "decision_made"
+            } else {
+                "message_received"
+            };
+            if t == "decision_made" {
+                msg = decision_payload(e);
+            }
+            v.push((t, msg));
         }
         kinds::ACTOR_ADD | kinds::ACTOR_REMOVE => {
-            let aid = e.data_str("actor_id")?;
-            if aid == me {
-                return None;
-            }
-            let t = if e.kind == kinds::ACTOR_ADD {
-                "agent_joined"
-            } else {
-                "agent_left"
+            let Some((aid, name)) = e.actor() else {
+                return v;
             };
-            Some((
-                t,
-                json!({"room_id": e.group_id, "agent_id": aid, "name": e.data_str("title"), "seq": e.seq, "timestamp": e.ts}),
-            ))
+            if aid == me {
+                return v;
+            }
+            let mut p = Vec::with_capacity(128);
+            p.extend_from_slice(b"{\"room_id\":");
+            push_json_str(&mut p, e.room());
+            if e.kind == kinds::ACTOR_ADD {
+                p.extend_from_slice(b",\"agent\":{\"agent_id\":");
+                push_json_str(&mut p, aid);
+                p.extend_from_slice(b",\"name\":");
+                push_json_str(&mut p, name);
+                p.extend_from_slice(b"},\"seq\":");
+                p.extend_from_slice(e.seq.to_string().as_bytes());
+                p.push(b'}');
+                v.push(("agent_joined", p));
+            } else {
+                p.extend_from_slice(b",\"agent_id\":");
+                push_json_str(&mut p, aid);
+                p.extend_from_slice(b",\"seq\":");
+                p.extend_from_slice(e.seq.to_string().as_bytes());
+                p.push(b'}');
+                v.push(("agent_left", p));
+            }
         }
-        _ => None,
+        _ => {}
     }
+    v
+}
+
+/// `decision_made`: the message plus the spec's `leader_id` / `leader_name`.
+fn decision_payload(e: &Stored<'_>) -> Vec<u8> {
+    let mut m = e.message_value();
+    m["leader_id"] = m["agent_id"].clone();
+    m["leader_name"] = m["agent_name"].clone();
+    serde_json::to_vec(&m).unwrap_or_default()
 }
 
 async fn run(
@@ -63,37 +115,42 @@ async fn run(
     out: &Outbox,
     gid: &str,
     me: &str,
-    mut cursor: u64,
+    cursor: &AtomicU64,
 ) -> Result<(), String> {
     let hub = face.d.ledger.hub();
-    let feed = hub.feed(gid, cursor);
+    let mut at = cursor.load(Ordering::Relaxed);
+    let feed = hub.feed(gid, at);
     let mut head_rx = feed.subscribe();
     loop {
         loop {
             let page = face
                 .d
                 .ledger
-                .page_after(&feed, gid, cursor, PAGE)
+                .page_after(&feed, gid, at, PAGE)
                 .await
                 .map_err(|e| e.to_string())?;
             if page.is_empty() {
                 break;
             }
             for fe in page {
-                cursor = fe.seq;
-                let Ok(e) = serde_json::from_str::<Event>(&fe.json) else {
+                let Some(e) = Stored::parse(&fe.json) else {
+                    at = fe.seq;
+                    cursor.store(at, Ordering::Relaxed);
                     continue;
                 };
                 // The agent left (maybe through another of its connections): stop here, so a
                 // non-member never sees the room's later messages.
-                if e.kind == kinds::ACTOR_REMOVE && e.data_str("actor_id") == Some(me) {
+                if e.kind == kinds::ACTOR_REMOVE && e.actor().map(|a| a.0) == Some(me) {
+                    cursor.store(fe.seq, Ordering::Relaxed);
                     return Ok(());
                 }
-                if let Some((t, p)) = push_of(&e, me) {
-                    if !out.frame(t, None, p).await {
+                for (t, p) in pushes_of(&e, me) {
+                    if !out.frame_raw(t, None, &p).await {
                         return Ok(());
                     }
                 }
+                at = fe.seq;
+                cursor.store(at, Ordering::Relaxed);
             }
         }
         if head_rx.changed().await.is_err() {

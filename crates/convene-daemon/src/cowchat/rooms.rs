@@ -1,259 +1,315 @@
-//! Agents and rooms: `register`, `create_room`, `join_room`, `leave_room`, `list_rooms`,
-//! `room_info`, `list_agents`.
+//! Rooms: `create_room`, `join_room`, `leave_room`, `rename_room`, `destroy_room`,
+//! `list_rooms`, `room_info`.
 //!
-//! Mapping: a room is a group whose settings carry `cowchat_room` (the name; the group
-//! title is the name too) and `cowchat` (attributes). The name → group map is derived from
-//! the engine's committed group state on every lookup, so it cannot drift from the ledger.
-//! Joining adds the agent id as an actor (`runtime: cowchat`); leaving removes it.
+//! Mapping: a room is a group whose settings carry `cowchat_room` (the name) and `cowchat`
+//! (attributes: parent, creator, owning key principal, public/ephemeral/encrypted). A room
+//! and its attributes are created by one command, so no group is ever half a room. The name
+//! → group map is derived from the engine's committed state on every lookup. Joining adds the
+//! agent id as an actor (`runtime: cowchat`); leaving removes it.
 
 use convene_core::{Command, Engine, ErrorCode as Core, Group};
 use convene_cowchat::{
-    parse, CreateRoom, ErrorCode, JoinRoom, ListAgents, Register, RoomRef, WireError,
+    parse, room_name, CreateRoom, ErrorCode, ListRooms, RenameRoom, RoomRef, WireError,
 };
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
-use sha2::{Digest, Sha256};
 
-use super::conn::{Agent, Session};
-use super::{wire, ATTRS_KEY, ROOM_KEY, RUNTIME, SERVICE};
-use crate::ipc::Trust;
+use super::conn::{After, Session};
+use super::live;
+use super::{keys, wire, Face, ATTRS_KEY, ROOM_KEY, RUNTIME, SERVICE};
 
-/// The room name of a group, if the group is a Cowchat room.
-fn room_name(g: &Group) -> Option<&str> {
-    g.settings.extra.get(ROOM_KEY).and_then(Value::as_str)
+/// The always-public system room.
+pub(super) const LOBBY: &str = "lobby";
+
+/// A room's Cowchat attributes (group settings `cowchat`). `owner` is server-internal
+/// authorization state and never appears in a wire payload.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(super) struct Attrs {
+    #[serde(default)]
+    pub parent_id: Option<String>,
+    #[serde(default)]
+    pub created_by: Option<String>,
+    #[serde(default)]
+    pub owner: Option<String>,
+    /// Rooms made before attributes existed are public.
+    #[serde(default = "yes")]
+    pub public: bool,
+    #[serde(default)]
+    pub ephemeral: bool,
+    #[serde(default)]
+    pub encrypted: bool,
+    /// `lobby` and other system rooms: no rename, no destroy.
+    #[serde(default)]
+    pub system: bool,
 }
 
-/// A room by id.
+fn yes() -> bool {
+    true
+}
+
+/// True when the group is a Cowchat room.
+pub(super) fn is_room(g: &Group) -> bool {
+    g.settings
+        .extra
+        .get(ROOM_KEY)
+        .and_then(Value::as_str)
+        .is_some()
+}
+
+fn name_of(g: &Group) -> &str {
+    g.settings
+        .extra
+        .get(ROOM_KEY)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}
+
+/// The room's attributes.
+pub(super) fn attrs(g: &Group) -> Attrs {
+    g.settings
+        .extra
+        .get(ATTRS_KEY)
+        .and_then(|v| serde_json::from_value(v.clone()).ok())
+        .unwrap_or_else(|| Attrs {
+            public: true,
+            ..Attrs::default()
+        })
+}
+
+/// True when `principal` may see the room.
+pub(super) fn visible(g: &Group, principal: &str) -> bool {
+    let a = attrs(g);
+    a.public || a.system || a.owner.as_deref().is_none_or(|o| o == principal)
+}
+
+/// A room by id (any visibility: membership checks come after).
 pub(super) fn room<'a>(eng: &'a Engine, room_id: &str) -> Result<&'a Group, WireError> {
     eng.group(room_id)
-        .filter(|g| room_name(g).is_some())
+        .filter(|g| is_room(g))
         .ok_or_else(|| WireError::new(ErrorCode::RoomNotFound, format!("no room {room_id}")))
 }
 
-/// A room by id or, when no id is given, by name.
-pub(super) fn resolve<'a>(eng: &'a Engine, r: &RoomRef) -> Result<&'a Group, WireError> {
-    match (&r.room_id, &r.name) {
-        (Some(id), _) => room(eng, id),
-        (None, Some(name)) => by_name(eng, name).ok_or_else(|| {
+/// A room by id or, when no id is given, by name, that `principal` may see. A private room
+/// of another key is `access_denied`.
+pub(super) fn resolve_visible<'a>(
+    eng: &'a Engine,
+    r: &RoomRef,
+    principal: &str,
+) -> Result<&'a Group, WireError> {
+    let g = match (&r.room_id, &r.name) {
+        (Some(id), _) => room(eng, id).or_else(|e| by_name(eng, id).ok_or(e))?,
+        (None, Some(name)) => by_name(eng, name.trim()).ok_or_else(|| {
             WireError::new(ErrorCode::RoomNotFound, format!("no room named {name}"))
-        }),
-        (None, None) => Err(WireError::payload("room_id or name is required")),
+        })?,
+        (None, None) => return Err(WireError::payload("room_id or name is required")),
+    };
+    if !visible(g, principal) {
+        return Err(WireError::new(
+            ErrorCode::AccessDenied,
+            "this private room belongs to another API key",
+        ));
     }
+    Ok(g)
 }
 
 fn by_name<'a>(eng: &'a Engine, name: &str) -> Option<&'a Group> {
     eng.groups()
         .into_iter()
-        .find(|g| room_name(g) == Some(name))
+        .find(|g| is_room(g) && name_of(g) == name)
 }
 
-fn room_value(g: &Group) -> Value {
-    let attrs = g
-        .settings
-        .extra
-        .get(ATTRS_KEY)
-        .cloned()
-        .unwrap_or_else(|| json!({}));
+/// The wire Room object.
+pub(super) fn room_value(g: &Group) -> Value {
+    let a = attrs(g);
     json!({
         "room_id": g.group_id,
-        "name": room_name(g).unwrap_or_default(),
+        "name": name_of(g),
         "description": g.topic,
-        "parent_id": attrs.get("parent_id").cloned().unwrap_or(Value::Null),
-        "public": true,
-        "ephemeral": false,
-        "encrypted": false,
+        "parent_id": a.parent_id,
+        "public": a.public || a.system,
+        "ephemeral": a.ephemeral,
+        "encrypted": a.encrypted,
+        "created_by": a.created_by,
         "created_at": g.created_at,
         "member_count": g.collaborators().count(),
     })
 }
 
-fn me(s: &Session) -> Agent {
-    s.agent.clone().unwrap_or_else(|| Agent {
-        id: String::new(),
-        name: String::new(),
-    })
+/// Outboxes of every connection that may see the room.
+fn visible_outboxes(face: &Face, g: &Group) -> Vec<std::sync::Arc<super::conn::Outbox>> {
+    let a = attrs(g);
+    let live = face.live.lock();
+    live.conns
+        .values()
+        .filter(|c| a.public || a.system || a.owner.as_deref().is_none_or(|o| o == c.principal))
+        .map(|c| c.out.clone())
+        .collect()
 }
 
-/// A server-assigned agent id: the name's safe characters plus 10 hex digits of a hash of
-/// the time, the process and a counter (unique enough for ids, not a secret).
-fn new_agent_id(name: &str) -> String {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(0);
-    let slug: String = name
-        .chars()
-        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
-        .take(40)
-        .collect();
-    let slug = if slug.is_empty() {
-        "agent".to_string()
-    } else {
-        slug
-    };
-    let mut h = Sha256::new();
-    h.update(format!("{:?}", std::time::SystemTime::now()));
-    h.update(std::process::id().to_le_bytes());
-    h.update(N.fetch_add(1, Ordering::Relaxed).to_le_bytes());
-    format!("{slug}-{}", &hex::encode(h.finalize())[..10])
-}
-
-/// `register`: checks the version (and the key for remote peers), assigns or accepts the
-/// agent id, and resumes live pushes for the rooms the agent is already a member of.
-pub(super) async fn register(
-    s: &mut Session,
-    payload: Map<String, Value>,
-) -> Result<Value, WireError> {
-    let r: Register = parse(payload)?;
-    r.validate()?;
-    if s.trust == Trust::Remote && r.key.as_deref() != Some(s.face.d.api_key.as_str()) {
-        return Err(WireError::new(
-            ErrorCode::Unauthorized,
-            "remote peers must register with the daemon's API key",
-        ));
+/// Makes sure the system `lobby` exists (at startup).
+pub(super) async fn ensure_lobby(face: &Face) {
+    if by_name(&face.d.ledger.engine(), LOBBY).is_some() {
+        return;
     }
-    let name = r
-        .name
-        .filter(|n| !n.trim().is_empty())
-        .unwrap_or_else(|| "agent".into());
-    let id = r.agent_id.unwrap_or_else(|| new_agent_id(&name));
-    s.face
-        .presence
-        .lock()
-        .entry(id.clone())
-        .or_insert_with(|| (name.clone(), 0))
-        .1 += 1;
-    s.agent = Some(Agent {
-        id: id.clone(),
-        name: name.clone(),
-    });
-    // Reconnect: live pushes resume from the current head (no replay yet).
-    let member_of: Vec<(String, u64)> = {
-        let eng = s.face.d.ledger.engine();
-        eng.groups()
-            .into_iter()
-            .filter(|g| room_name(g).is_some() && g.actor(&id).is_some())
-            .map(|g| (g.group_id.clone(), g.last_seq))
-            .collect()
+    let attrs = Attrs {
+        public: true,
+        system: true,
+        created_by: Some("system".into()),
+        ..Attrs::default()
     };
-    for (gid, head) in &member_of {
-        s.subscribe(gid, *head);
+    if let Err(e) = face
+        .d
+        .ledger
+        .execute(create_command(LOBBY, "", &attrs))
+        .await
+    {
+        tracing::warn!(error = %e, "could not create the cowchat lobby");
     }
-    let rooms: Vec<&String> = member_of.iter().map(|(g, _)| g).collect();
-    Ok(json!({
-        "agent_id": id,
-        "name": name,
-        "protocol_version": convene_cowchat::PROTOCOL_VERSION,
-        "server": "convene",
-        "server_version": env!("CARGO_PKG_VERSION"),
-        "heartbeat_ms": s.face.d.heartbeat.as_millis() as u64,
-        "max_frame_bytes": convene_cowchat::MAX_FRAME_BYTES,
-        "rooms": rooms,
-    }))
 }
 
-/// `create_room`: `group.create` then `group.settings_update` naming the room. The creator
-/// does not join implicitly (`join_room` does that).
+fn create_command(name: &str, description: &str, attrs: &Attrs) -> Command {
+    let mut settings = Map::new();
+    settings.insert(ROOM_KEY.into(), json!(name));
+    settings.insert(
+        ATTRS_KEY.into(),
+        serde_json::to_value(attrs).unwrap_or(Value::Null),
+    );
+    Command::GroupCreate {
+        by: SERVICE.into(),
+        title: name.to_string(),
+        topic: description.to_string(),
+        settings,
+    }
+}
+
+/// `create_room`: one ledger command creates the group with its room attributes. The
+/// creator does not join implicitly. Rooms are private to the creator's key unless
+/// `public`.
 pub(super) async fn create_room(
     s: &mut Session,
     payload: Map<String, Value>,
 ) -> Result<Value, WireError> {
     let c: CreateRoom = parse(payload)?;
-    c.validate()?;
+    let name = c.validate()?;
     let face = s.face.clone();
-    let _one_at_a_time = face.create.lock().await;
+    let _one_at_a_time = face.rooms_lock.lock().await;
     {
         let eng = face.d.ledger.engine();
-        if by_name(&eng, &c.name).is_some() {
+        if by_name(&eng, &name).is_some() {
             return Err(WireError::new(
-                ErrorCode::RoomExists,
-                format!("a room named {} exists", c.name),
+                ErrorCode::RoomNameTaken,
+                format!("a room named {name} exists"),
             ));
         }
         if let Some(p) = &c.parent_id {
-            room(&eng, p)?;
+            resolve_visible(
+                &eng,
+                &RoomRef {
+                    room_id: Some(p.clone()),
+                    name: None,
+                },
+                &s.principal,
+            )?;
+        }
+        let owned = eng
+            .groups()
+            .into_iter()
+            .filter(|g| is_room(g) && attrs(g).owner.as_deref() == Some(s.principal.as_str()))
+            .count();
+        if owned >= face.cfg.limits.rooms_per_key {
+            return Err(WireError::new(
+                ErrorCode::RateLimitRooms,
+                format!(
+                    "this API key owns {owned} rooms (limit {})",
+                    face.cfg.limits.rooms_per_key
+                ),
+            ));
         }
     }
+    let attrs = Attrs {
+        parent_id: c.parent_id.clone(),
+        created_by: Some(s.me().to_string()),
+        owner: Some(s.principal.clone()),
+        public: c.public.unwrap_or(false),
+        ephemeral: c.ephemeral.unwrap_or(false),
+        encrypted: c.encrypted.unwrap_or(false),
+        system: false,
+    };
     let created = face
         .d
         .ledger
-        .execute(Command::GroupCreate {
-            by: SERVICE.into(),
-            title: c.name.clone(),
-            topic: c.description.clone().unwrap_or_default(),
-        })
+        .execute(create_command(
+            &name,
+            c.description.as_deref().unwrap_or_default(),
+            &attrs,
+        ))
         .await
         .map_err(wire)?;
     let gid = created
         .primary()
         .map(|e| e.group_id.clone())
         .unwrap_or_default();
-    let mut patch = Map::new();
-    patch.insert(ROOM_KEY.into(), json!(c.name));
-    patch.insert(
-        ATTRS_KEY.into(),
-        json!({"parent_id": c.parent_id, "created_by": me(s).id}),
-    );
-    face.d
-        .ledger
-        .execute(Command::GroupSettingsUpdate {
-            group_id: gid.clone(),
-            by: SERVICE.into(),
-            patch,
-        })
-        .await
-        .map_err(wire)?;
-    let eng = face.d.ledger.engine();
-    Ok(room_value(room(&eng, &gid)?))
+    let (v, outs) = {
+        let eng = face.d.ledger.engine();
+        let g = room(&eng, &gid)?;
+        (room_value(g), visible_outboxes(&face, g))
+    };
+    let others: Vec<_> = outs
+        .into_iter()
+        .filter(|o| !std::sync::Arc::ptr_eq(o, &s.out))
+        .collect();
+    s.after.push(After::Push(others, "room_created", v.clone()));
+    Ok(v)
 }
 
-/// `join_room`: adds the agent as an actor when it is not one yet (idempotent), then
-/// pushes the room's events after the join.
+/// `join_room`: adds the agent as an actor, then pushes the room's events after the join.
 pub(super) async fn join_room(
     s: &mut Session,
     payload: Map<String, Value>,
 ) -> Result<Value, WireError> {
-    let r: JoinRoom = parse(payload)?;
-    let a = me(s);
-    let (gid, member) = {
+    let r: RoomRef = parse(payload)?;
+    let me = s.me().to_string();
+    let name = s.agent.as_ref().map(|a| a.name.clone()).unwrap_or_default();
+    let gid = {
         let eng = s.face.d.ledger.engine();
-        let g = resolve(&eng, &r)?;
-        (g.group_id.clone(), g.actor(&a.id).map(|_| g.last_seq))
-    };
-    let cursor = match member {
-        Some(head) => head,
-        None => {
-            let mut spec = Map::new();
-            spec.insert("actor_id".into(), json!(a.id));
-            spec.insert("title".into(), json!(a.name));
-            spec.insert("runtime".into(), json!(RUNTIME));
-            match s
-                .face
-                .d
-                .ledger
-                .execute(Command::ActorAdd {
-                    group_id: gid.clone(),
-                    by: SERVICE.into(),
-                    spec,
-                })
-                .await
-            {
-                Ok(c) => c.primary().map(|e| e.seq).unwrap_or(0),
-                // Another connection of the same agent joined first: already a member.
-                Err(e) if e.code == Core::AlreadyExists => s
-                    .face
-                    .d
-                    .ledger
-                    .engine()
-                    .group(&gid)
-                    .map(|g| g.last_seq)
-                    .unwrap_or(0),
-                Err(e) => return Err(wire(e)),
-            }
+        let g = resolve_visible(&eng, &r, &s.principal)?;
+        if g.actor(&me).is_some() {
+            return Err(WireError::new(
+                ErrorCode::AlreadyInRoom,
+                format!("{me} is already a member of {}", g.group_id),
+            ));
         }
+        g.group_id.clone()
+    };
+    let mut spec = Map::new();
+    spec.insert("actor_id".into(), json!(me));
+    spec.insert("title".into(), json!(name));
+    spec.insert("runtime".into(), json!(RUNTIME));
+    let cursor = match s
+        .face
+        .d
+        .ledger
+        .execute(Command::ActorAdd {
+            group_id: gid.clone(),
+            by: SERVICE.into(),
+            spec,
+        })
+        .await
+    {
+        Ok(c) => c.primary().map(|e| e.seq).unwrap_or(0),
+        Err(e) if e.code == Core::AlreadyExists => {
+            return Err(WireError::new(
+                ErrorCode::AlreadyInRoom,
+                format!("{me} is already a member of {gid}"),
+            ))
+        }
+        Err(e) => return Err(wire(e)),
     };
     s.subscribe(&gid, cursor);
+    s.after.push(After::Turn(gid.clone(), me.clone(), "joined"));
     let eng = s.face.d.ledger.engine();
     let mut v = room_value(room(&eng, &gid)?);
     v["seq"] = json!(cursor);
-    v["already_member"] = json!(member.is_some());
     Ok(v)
 }
 
@@ -263,40 +319,182 @@ pub(super) async fn leave_room(
     payload: Map<String, Value>,
 ) -> Result<Value, WireError> {
     let r: RoomRef = parse(payload)?;
-    let a = me(s);
+    let me = s.me().to_string();
     let gid = {
         let eng = s.face.d.ledger.engine();
-        let g = resolve(&eng, &r)?;
-        if g.actor(&a.id).is_none() {
+        let g = resolve_visible(&eng, &r, &s.principal)?;
+        if g.actor(&me).is_none() {
             return Err(WireError::new(
-                ErrorCode::NotMember,
-                format!("{} is not a member of {}", a.id, g.group_id),
+                ErrorCode::NotInRoom,
+                format!("{me} is not a member of {}", g.group_id),
             ));
         }
         g.group_id.clone()
     };
     s.unsubscribe(&gid);
-    s.face
-        .d
-        .ledger
-        .execute(Command::ActorRemove {
-            group_id: gid.clone(),
-            by: SERVICE.into(),
-            actor_id: a.id,
-        })
-        .await
-        .map_err(wire)?;
+    if let Some(push) = remove_member(&s.face, &gid, &me, "left").await? {
+        s.after.push(push);
+    }
     Ok(json!({"room_id": gid}))
 }
 
-/// `list_rooms`: every room with `member_count` and `last_activity` (time of the newest
-/// event of its group, or its creation time).
-pub(super) async fn list_rooms(s: &Session) -> Result<Value, WireError> {
+/// Removes a member (leave, or the reconnect window ran out), passes the turn token on,
+/// and removes an ephemeral room its last member left (returning its `room_destroyed`).
+pub(super) async fn remove_member(
+    face: &Face,
+    gid: &str,
+    agent: &str,
+    reason: &str,
+) -> Result<Option<After>, WireError> {
+    face.d
+        .ledger
+        .execute(Command::ActorRemove {
+            group_id: gid.to_string(),
+            by: SERVICE.into(),
+            actor_id: agent.to_string(),
+        })
+        .await
+        .map_err(wire)?;
+    live::turn_event(face, gid, agent, reason);
+    let empty_ephemeral = {
+        let eng = face.d.ledger.engine();
+        eng.group(gid)
+            .is_some_and(|g| attrs(g).ephemeral && g.collaborators().next().is_none())
+    };
+    if empty_ephemeral {
+        let _one_at_a_time = face.rooms_lock.lock().await;
+        return destroy(face, gid).await;
+    }
+    Ok(None)
+}
+
+/// Deletes the room's group; returns the `room_destroyed` push for everyone who could see it.
+async fn destroy(face: &Face, gid: &str) -> Result<Option<After>, WireError> {
+    let outs = {
+        let eng = face.d.ledger.engine();
+        match eng.group(gid) {
+            Some(g) => visible_outboxes(face, g),
+            None => return Ok(None),
+        }
+    };
+    face.d
+        .ledger
+        .execute(Command::GroupDelete {
+            group_id: gid.to_string(),
+            by: SERVICE.into(),
+        })
+        .await
+        .map_err(wire)?;
+    face.live.lock().turns.remove(gid);
+    Ok(Some(After::Push(
+        outs,
+        "room_destroyed",
+        json!({"room_id": gid}),
+    )))
+}
+
+/// Checks the caller may change the room: its owning key and its recorded creator id, and
+/// not a system room.
+fn check_owner(s: &Session, g: &Group) -> Result<(), WireError> {
+    let a = attrs(g);
+    if a.system {
+        return Err(WireError::new(
+            ErrorCode::AccessDenied,
+            "system rooms cannot be renamed or destroyed",
+        ));
+    }
+    let owner_ok = a.owner.as_deref().unwrap_or(keys::PRIMARY) == s.principal;
+    if !owner_ok || a.created_by.as_deref() != Some(s.me()) {
+        return Err(WireError::new(
+            ErrorCode::AccessDenied,
+            "only the room's creator (same API key and agent_id) may do this",
+        ));
+    }
+    Ok(())
+}
+
+/// `rename_room`: owner only; publishes `room_updated` to everyone who can see the room.
+pub(super) async fn rename_room(
+    s: &mut Session,
+    payload: Map<String, Value>,
+) -> Result<Value, WireError> {
+    let r: RenameRoom = parse(payload)?;
+    let name = room_name(&r.name)?;
+    let face = s.face.clone();
+    let _one_at_a_time = face.rooms_lock.lock().await;
+    {
+        let eng = face.d.ledger.engine();
+        let g = resolve_visible(
+            &eng,
+            &RoomRef {
+                room_id: Some(r.room_id.clone()),
+                name: None,
+            },
+            &s.principal,
+        )?;
+        check_owner(s, g)?;
+        if by_name(&eng, &name).is_some_and(|o| o.group_id != g.group_id) {
+            return Err(WireError::new(
+                ErrorCode::RoomNameTaken,
+                format!("a room named {name} exists"),
+            ));
+        }
+    }
+    let mut patch = Map::new();
+    patch.insert(ROOM_KEY.into(), json!(name));
+    face.d
+        .ledger
+        .execute(Command::GroupSettingsUpdate {
+            group_id: r.room_id.clone(),
+            by: SERVICE.into(),
+            patch,
+        })
+        .await
+        .map_err(wire)?;
+    let (v, outs) = {
+        let eng = face.d.ledger.engine();
+        let g = room(&eng, &r.room_id)?;
+        (room_value(g), visible_outboxes(&face, g))
+    };
+    s.after.push(After::Push(outs, "room_updated", v.clone()));
+    Ok(v)
+}
+
+/// `destroy_room`: owner only; removes the room's group (messages, votes, tasks, pushes)
+/// from the active state and publishes `room_destroyed`.
+pub(super) async fn destroy_room(
+    s: &mut Session,
+    payload: Map<String, Value>,
+) -> Result<Value, WireError> {
+    let r: RoomRef = parse(payload)?;
+    let face = s.face.clone();
+    let _one_at_a_time = face.rooms_lock.lock().await;
+    let gid = {
+        let eng = face.d.ledger.engine();
+        let g = resolve_visible(&eng, &r, &s.principal)?;
+        check_owner(s, g)?;
+        g.group_id.clone()
+    };
+    if let Some(push) = destroy(&face, &gid).await? {
+        s.after.push(push);
+    }
+    s.unsubscribe(&gid);
+    Ok(json!({"room_id": gid}))
+}
+
+/// `list_rooms`: the rooms this key may see (optionally the sub-rooms of `parent_id`), with
+/// `member_count` and `last_activity` (time of the room's newest ledger event).
+pub(super) async fn list_rooms(
+    s: &Session,
+    payload: Map<String, Value>,
+) -> Result<Value, WireError> {
+    let l: ListRooms = parse(payload)?;
     let mut rooms: Vec<Value> = {
         let eng = s.face.d.ledger.engine();
         eng.groups()
             .into_iter()
-            .filter(|g| room_name(g).is_some())
+            .filter(|g| is_room(g) && visible(g, &s.principal))
+            .filter(|g| l.parent_id.is_none() || attrs(g).parent_id == l.parent_id)
             .map(room_value)
             .collect()
     };
@@ -305,19 +503,18 @@ pub(super) async fn list_rooms(s: &Session) -> Result<Value, WireError> {
         .iter()
         .map(|r| r["room_id"].as_str().unwrap_or_default().to_string())
         .collect();
-    let last = tokio::task::spawn_blocking(move || {
+    let last = super::messages::blocking(move || {
         ids.iter()
             .map(|g| {
-                readers
-                    .events_before(g, 0, 1, &[])
-                    .ok()
-                    .and_then(|v| v.into_iter().next())
-                    .map(|e| e.ts)
+                Ok(readers
+                    .events_before(g, 0, 1, &[])?
+                    .into_iter()
+                    .next()
+                    .map(|e| e.ts))
             })
-            .collect::<Vec<_>>()
+            .collect::<Result<Vec<_>, convene_store::StoreError>>()
     })
-    .await
-    .map_err(|e| WireError::new(ErrorCode::Internal, e.to_string()))?;
+    .await?;
     for (r, ts) in rooms.iter_mut().zip(last) {
         r["last_activity"] = ts
             .map(Value::String)
@@ -326,40 +523,40 @@ pub(super) async fn list_rooms(s: &Session) -> Result<Value, WireError> {
     Ok(json!({"rooms": rooms}))
 }
 
-fn members(s: &Session, g: &Group) -> Vec<Value> {
+/// The members of a room as wire Agent objects.
+pub(super) fn members(face: &Face, g: &Group) -> Vec<Value> {
+    let live = face.live.lock();
     g.collaborators()
-        .map(|a| json!({"agent_id": a.id, "name": a.title, "online": s.face.online(&a.id)}))
+        .map(|a| live.agent_value(&a.id, &a.title))
         .collect()
 }
 
-/// `room_info`: the room and its members.
+/// `room_info`: the room, its members, its sub-rooms and the turn token.
 pub(super) async fn room_info(
     s: &Session,
     payload: Map<String, Value>,
 ) -> Result<Value, WireError> {
     let r: RoomRef = parse(payload)?;
-    let eng = s.face.d.ledger.engine();
-    let g = resolve(&eng, &r)?;
-    let mut v = room_value(g);
-    v["members"] = json!(members(s, g));
-    v["head_seq"] = json!(g.last_seq);
-    Ok(v)
-}
-
-/// `list_agents`: members of `room_id`, or every agent connected now.
-pub(super) fn list_agents(s: &Session, payload: Map<String, Value>) -> Result<Value, WireError> {
-    let l: ListAgents = parse(payload)?;
-    if let Some(rid) = &l.room_id {
+    let (room, agents, subs, gid) = {
         let eng = s.face.d.ledger.engine();
-        return Ok(json!({"room_id": rid, "agents": members(s, room(&eng, rid)?)}));
-    }
-    let mut agents: Vec<Value> = s
-        .face
-        .presence
-        .lock()
-        .iter()
-        .map(|(id, (name, _))| json!({"agent_id": id, "name": name, "online": true}))
-        .collect();
-    agents.sort_by(|a, b| a["agent_id"].as_str().cmp(&b["agent_id"].as_str()));
-    Ok(json!({"agents": agents}))
+        let g = resolve_visible(&eng, &r, &s.principal)?;
+        let subs: Vec<Value> = eng
+            .groups()
+            .into_iter()
+            .filter(|c| {
+                is_room(c)
+                    && visible(c, &s.principal)
+                    && attrs(c).parent_id.as_deref() == Some(g.group_id.as_str())
+            })
+            .map(room_value)
+            .collect();
+        (room_value(g), members(&s.face, g), subs, g.group_id.clone())
+    };
+    Ok(json!({
+        "room": room,
+        "agents": agents,
+        "sub_rooms": subs,
+        "current_turn_holder": live::turn_holder(&s.face, &gid),
+        "turn_order": live::turn_order(&s.face, &gid),
+    }))
 }

@@ -80,6 +80,7 @@ pub(super) async fn group_create(d: &Daemon, a: &Args) -> Result<Value, CoreErro
             by: a.by()?,
             title,
             topic: a.str("topic")?,
+            settings: Default::default(),
         })
         .await?;
     let gid = c.primary().map(|e| e.group_id.clone()).unwrap_or_default();

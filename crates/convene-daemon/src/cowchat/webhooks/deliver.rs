@@ -8,7 +8,6 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use convene_core::{event::kinds, Event};
 use serde_json::{json, Value};
 use tokio::task::JoinHandle;
 
@@ -23,8 +22,6 @@ const PAGE: usize = 500;
 /// Retry delays in units of `Options::retry_unit` (seconds by default): +1, +4, +16, +64,
 /// +256. The attempt after the last retry that fails marks the subscription failed.
 pub(super) const RETRIES: [u64; 5] = [1, 4, 16, 64, 256];
-/// Ledger kind of a thinking pulse.
-const THINKING: &str = "x.cowchat.thinking";
 /// Pause before a task that hit a store error starts over from the persisted state.
 const RESTART_PAUSE: Duration = Duration::from_secs(5);
 
@@ -56,11 +53,10 @@ pub(super) fn spawn(h: Arc<Hooks>, sub: Sub) -> JoinHandle<()> {
 
 /// The message's sender as (agent id, agent name).
 fn sender(m: &Value) -> (Option<&str>, Option<&str>) {
-    let id = m
-        .get("agent_id")
-        .or_else(|| m.get("sender"))
-        .and_then(Value::as_str);
-    (id, m.get("agent_name").and_then(Value::as_str))
+    (
+        m.get("agent_id").and_then(Value::as_str),
+        m.get("agent_name").and_then(Value::as_str),
+    )
 }
 
 fn is_thinking(m: &Value) -> bool {
@@ -92,28 +88,17 @@ pub(super) fn matches(sub: &Sub, m: &Value) -> bool {
     true
 }
 
-/// The Cowchat message of a `chat.message` or thinking event, with the sender's id and
-/// name filled in when the stored form lacks them.
-fn message_of(h: &Hooks, e: &Event) -> Option<Value> {
-    let mut m = messages::message_payload(e)?;
-    if e.kind == THINKING && !is_thinking(&m) {
-        if let Some(md) = m.get_mut("metadata").and_then(Value::as_object_mut) {
-            md.insert("type".into(), json!("thinking"));
-        }
-    }
-    if let Some(o) = m.as_object_mut() {
-        if !o.contains_key("agent_id") {
-            o.insert("agent_id".into(), json!(e.by));
-        }
-        if !o.contains_key("agent_name") {
-            let eng = h.d.ledger.engine();
-            let name = eng
-                .group(&e.group_id)
-                .and_then(|g| g.actor(&e.by))
-                .map(|a| a.title.clone())
-                .filter(|t| !t.is_empty())
-                .unwrap_or_else(|| e.by.clone());
-            o.insert("agent_name".into(), json!(name));
+/// The Cowchat Message of a stored `chat.message` or thinking pulse (not Mail). A pulse
+/// always carries `metadata.type = "thinking"`, which `exclude_thinking` matches.
+fn message_of(json: &str) -> Option<Value> {
+    let s = messages::Stored::parse(json).filter(|s| s.is_message())?;
+    let mut m = s.message_value();
+    if s.is_thinking() && !is_thinking(&m) {
+        if let Some(o) = m.as_object_mut() {
+            let md = o.entry("metadata").or_insert_with(|| json!({}));
+            if let Some(md) = md.as_object_mut() {
+                md.insert("type".into(), json!("thinking"));
+            }
         }
     }
     Some(m)
@@ -148,14 +133,7 @@ async fn run(h: &Arc<Hooks>, sub: &mut Sub) -> Result<(), HookError> {
         }
         let start = cursor;
         for fe in page {
-            let msg = if fe.kind == kinds::CHAT_MESSAGE || fe.kind == THINKING {
-                serde_json::from_str::<Event>(&fe.json)
-                    .ok()
-                    .and_then(|e| message_of(h, &e))
-                    .filter(|m| matches(sub, m))
-            } else {
-                None
-            };
+            let msg = message_of(&fe.json).filter(|m| matches(sub, m));
             if let Some(m) = msg {
                 // Persist the filtered-out stretch first, so a retry state names this event.
                 if cursor != start {
@@ -309,7 +287,5 @@ mod tests {
         assert!(!matches(&s, &msg("n1", "noisy", None, false)));
         assert!(!matches(&s, &msg("a1", "alice", None, true)));
         assert!(matches(&s, &msg("a1", "alice", None, false)));
-        // The pre-alignment message shape names the sender `sender`.
-        assert!(!matches(&s, &json!({"sender": "noisy", "metadata": {}})));
     }
 }

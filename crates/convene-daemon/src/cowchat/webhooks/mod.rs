@@ -26,9 +26,6 @@ use super::conn::Session;
 use super::{rooms, Face};
 use crate::Daemon;
 
-/// The principal owning subscriptions made on any connection, until per-key API
-/// principals exist (the column is there so per-key ownership slots in).
-const PRINCIPAL: &str = "primary";
 /// Subscriptions one principal may own.
 const MAX_SUBS: usize = 256;
 /// Entries in `kinds`, `only_from` or `not_from`.
@@ -214,6 +211,15 @@ fn sub_value(s: &Sub) -> Value {
     })
 }
 
+/// The caller's API-key principal: subscriptions are owned per key.
+fn principal(s: &Session) -> String {
+    if s.principal.is_empty() {
+        super::keys::PRIMARY.to_string()
+    } else {
+        s.principal.clone()
+    }
+}
+
 fn hooks(s: &Session) -> Result<Arc<Hooks>, WireError> {
     s.face
         .hooks
@@ -244,7 +250,7 @@ pub(in crate::cowchat) async fn subscribe(
         let g = rooms::room(&eng, &p.room_id)?;
         if g.actor(&me).is_none() {
             return Err(WireError::new(
-                ErrorCode::NotMember,
+                ErrorCode::NotInRoom,
                 format!("join {} to subscribe to it", p.room_id),
             ));
         }
@@ -274,7 +280,7 @@ pub(in crate::cowchat) async fn subscribe(
         .map_err(|e| WireError::payload(e.to_string()))?;
     let sub = Sub {
         id: format!("sub_{}", uuid::Uuid::now_v7().simple()),
-        principal: PRINCIPAL.into(),
+        principal: principal(s),
         room_id: p.room_id,
         url: p.webhook_url,
         secret: p.secret,
@@ -317,9 +323,9 @@ pub(in crate::cowchat) async fn unsubscribe(
 ) -> Result<Value, WireError> {
     let h = hooks(s)?;
     let p: SubRef = parse(payload)?;
-    let id = p.subscription_id.clone();
+    let (id, who) = (p.subscription_id.clone(), principal(s));
     if !h
-        .db(move |st| st.delete(PRINCIPAL, &id))
+        .db(move |st| st.delete(&who, &id))
         .await
         .map_err(internal)?
     {
@@ -336,9 +342,9 @@ pub(in crate::cowchat) async fn list_subscriptions(
 ) -> Result<Value, WireError> {
     let h = hooks(s)?;
     let p: ListSubs = parse(payload)?;
-    let room = p.room_id.clone();
+    let (room, who) = (p.room_id.clone(), principal(s));
     let subs = h
-        .db(move |st| st.list(PRINCIPAL, room.as_deref()))
+        .db(move |st| st.list(&who, room.as_deref()))
         .await
         .map_err(internal)?;
     let list: Vec<Value> = subs.iter().map(sub_value).collect();
@@ -355,10 +361,10 @@ pub(in crate::cowchat) async fn enable_subscription(
     let p: SubRef = parse(payload)?;
     // Stop the old task first so it cannot mark the re-armed row failed behind our back.
     h.stop(&p.subscription_id);
-    let id = p.subscription_id.clone();
+    let (id, who) = (p.subscription_id.clone(), principal(s));
     let sub = h
         .db(move |st| {
-            if st.enable(PRINCIPAL, &id)? {
+            if st.enable(&who, &id)? {
                 st.get(&id)
             } else {
                 Ok(None)

@@ -1,0 +1,215 @@
+//! Agents: `register` (with reconnect), `list_agents`, `set_presence`, `set_typing`, and
+//! what happens when an agent's last connection closes or its reconnect window runs out.
+
+use convene_cowchat::{parse, ListAgents, Register, SetPresence, SetTyping, WireError};
+use serde_json::{json, Map, Value};
+use sha2::{Digest, Sha256};
+
+use super::conn::{After, Agent, Session};
+use super::live::{self, fan_out};
+use super::rooms::{self, is_room};
+use super::{keys, Face};
+use convene_cowchat::ErrorCode;
+
+/// A server-assigned agent id: the name's safe characters plus 10 hex digits of a hash of
+/// the time, the process and a counter (unique enough for ids, not a secret).
+fn new_agent_id(name: &str) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let slug: String = name
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+        .take(40)
+        .collect();
+    let slug = if slug.is_empty() {
+        "agent".to_string()
+    } else {
+        slug
+    };
+    let mut h = Sha256::new();
+    h.update(format!("{:?}", std::time::SystemTime::now()));
+    h.update(std::process::id().to_le_bytes());
+    h.update(N.fetch_add(1, Ordering::Relaxed).to_le_bytes());
+    format!("{slug}-{}", &hex::encode(h.finalize())[..10])
+}
+
+/// Rooms the agent is a member of, with their heads.
+fn rooms_of(face: &Face, agent: &str) -> Vec<(String, u64)> {
+    let eng = face.d.ledger.engine();
+    eng.groups()
+        .into_iter()
+        .filter(|g| is_room(g) && g.actor(agent).is_some())
+        .map(|g| (g.group_id.clone(), g.last_seq))
+        .collect()
+}
+
+/// `register`: checks the version and the key, binds the agent id to the key, restores
+/// the agent's rooms and, back within the reconnect window, replays what it missed.
+pub(super) async fn register(
+    s: &mut Session,
+    payload: Map<String, Value>,
+) -> Result<Value, WireError> {
+    let r: Register = parse(payload)?;
+    r.validate()?;
+    let principal = keys::principal(&s.face.cfg.home, r.key.as_deref(), s.trust)?;
+    let name = r
+        .name
+        .map(|n| n.trim().to_string())
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| "agent".into());
+    let id = r.agent_id.unwrap_or_else(|| new_agent_id(&name));
+    let (conn, cursors) = {
+        let mut live = s.face.live.lock();
+        let conn = live.attach(
+            &id,
+            &name,
+            &principal,
+            r.capabilities.unwrap_or_default(),
+            s.out.clone(),
+            &s.face.cfg.limits,
+        )?;
+        (conn, live.come_back(&id))
+    };
+    s.conn_id = Some(conn);
+    s.principal = principal;
+    s.agent = Some(Agent {
+        id: id.clone(),
+        name: name.clone(),
+    });
+    let member_of = rooms_of(&s.face, &id);
+    for (gid, head) in &member_of {
+        // Back within the window: push from where the last connection stopped.
+        s.subscribe(gid, cursors.get(gid).copied().unwrap_or(*head).min(*head));
+        s.after.push(After::Turn(gid.clone(), id.clone(), "joined"));
+    }
+    let rooms: Vec<&String> = member_of.iter().map(|(g, _)| g).collect();
+    Ok(json!({
+        "agent_id": id,
+        "name": name,
+        "protocol_version": convene_cowchat::PROTOCOL_VERSION,
+        "server": "convene",
+        "server_version": env!("CARGO_PKG_VERSION"),
+        "heartbeat_ms": s.face.d.heartbeat.as_millis() as u64,
+        "max_frame_bytes": convene_cowchat::MAX_FRAME_BYTES,
+        "rooms": rooms,
+        "replayed": !cursors.is_empty(),
+    }))
+}
+
+/// `list_agents`: members of `room_id`, or every agent connected now.
+pub(super) fn list_agents(s: &Session, payload: Map<String, Value>) -> Result<Value, WireError> {
+    let l: ListAgents = parse(payload)?;
+    if let Some(rid) = &l.room_id {
+        let eng = s.face.d.ledger.engine();
+        let g = rooms::resolve_visible(
+            &eng,
+            &convene_cowchat::RoomRef {
+                room_id: Some(rid.clone()),
+                name: None,
+            },
+            &s.principal,
+        )?;
+        return Ok(json!({"room_id": g.group_id, "agents": rooms::members(&s.face, g)}));
+    }
+    let live = s.face.live.lock();
+    let mut ids: Vec<&String> = live.agents.keys().collect();
+    ids.sort();
+    let agents: Vec<Value> = ids.into_iter().map(|id| live.agent_value(id, id)).collect();
+    Ok(json!({"agents": agents}))
+}
+
+/// Outboxes of every connection of every member of the agent's rooms.
+fn room_peers(face: &Face, agent: &str) -> Vec<std::sync::Arc<super::conn::Outbox>> {
+    let mut peers: Vec<String> = {
+        let eng = face.d.ledger.engine();
+        eng.groups()
+            .into_iter()
+            .filter(|g| is_room(g) && g.actor(agent).is_some())
+            .flat_map(|g| g.collaborators().map(|a| a.id.clone()).collect::<Vec<_>>())
+            .collect()
+    };
+    peers.sort();
+    peers.dedup();
+    face.live.lock().outboxes(peers.iter().map(String::as_str))
+}
+
+/// `set_presence`: updates the agent's presence and tells the members of its rooms.
+pub(super) fn set_presence(
+    s: &mut Session,
+    payload: Map<String, Value>,
+) -> Result<Value, WireError> {
+    let p: SetPresence = parse(payload)?;
+    p.validate()?;
+    let me = s.me().to_string();
+    let name = {
+        let mut live = s.face.live.lock();
+        let Some(a) = live.agents.get_mut(&me) else {
+            return Err(WireError::new(ErrorCode::NotRegistered, "register first"));
+        };
+        a.status = p.status.clone();
+        a.status_detail = p.status_detail.clone();
+        a.progress = p.progress;
+        a.name.clone()
+    };
+    let v = json!({"agent_id": me, "agent_name": name, "status": p.status,
+        "status_detail": p.status_detail, "progress": p.progress});
+    s.after
+        .push(After::Push(room_peers(&s.face, &me), "presence_update", v));
+    Ok(json!({}))
+}
+
+/// `set_typing`: tells the room's other members.
+pub(super) fn set_typing(s: &mut Session, payload: Map<String, Value>) -> Result<Value, WireError> {
+    let t: SetTyping = parse(payload)?;
+    let me = s.me().to_string();
+    let others: Vec<String> = {
+        let eng = s.face.d.ledger.engine();
+        let g = rooms::room(&eng, &t.room_id)?;
+        if g.actor(&me).is_none() {
+            return Err(WireError::new(
+                ErrorCode::NotInRoom,
+                format!("{me} is not a member of {}", t.room_id),
+            ));
+        }
+        g.collaborators()
+            .filter(|a| a.id != me)
+            .map(|a| a.id.clone())
+            .collect()
+    };
+    let name = s.agent.as_ref().map(|a| a.name.clone()).unwrap_or_default();
+    let outs = s
+        .face
+        .live
+        .lock()
+        .outboxes(others.iter().map(String::as_str));
+    s.after.push(After::Push(
+        outs,
+        "typing_indicator",
+        json!({"room_id": t.room_id, "agent_id": me, "agent_name": name, "typing": t.typing}),
+    ));
+    Ok(json!({}))
+}
+
+/// The agent's last connection closed: pass its turn tokens on. It stays a member for the
+/// reconnect window.
+pub(super) async fn went_offline(face: &Face, agent: &str) {
+    for (gid, _) in rooms_of(face, agent) {
+        live::turn_event(face, &gid, agent, "disconnected");
+    }
+}
+
+/// The reconnect window ran out: the agent leaves every room.
+pub(super) async fn drop_memberships(face: &Face, agent: &str) {
+    if face.live.lock().online(agent) {
+        return; // came back in the meantime
+    }
+    for (gid, _) in rooms_of(face, agent) {
+        match rooms::remove_member(face, &gid, agent, "disconnected").await {
+            Ok(Some(After::Push(outs, t, v))) => fan_out(&outs, t, &v),
+            Ok(_) => {}
+            Err(e) => {
+                tracing::debug!(room = %gid, agent, error = %e, "cowchat: dropping a membership failed")
+            }
+        }
+    }
+}

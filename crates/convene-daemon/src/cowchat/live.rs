@@ -1,0 +1,360 @@
+//! Live-only state of the face: connections, presence, the advisory turn token, the
+//! reconnect window and per-key counters. None of it is in the ledger on purpose: it
+//! describes who is connected now, and a restart starts it afresh (agents that were members
+//! get the reconnect window from startup).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use super::conn::Outbox;
+use super::keys::{Bucket, Limits};
+use super::{agents, rooms, Face, RECONNECT_WINDOW, RUNTIME};
+use convene_cowchat::{ErrorCode, WireError};
+
+/// One open connection of a registered agent.
+pub(super) struct ConnInfo {
+    pub agent: String,
+    pub principal: String,
+    pub out: Arc<Outbox>,
+}
+
+/// A registered agent, while it has connections.
+#[derive(Debug, Clone)]
+pub(super) struct AgentLive {
+    pub name: String,
+    pub principal: String,
+    pub conns: Vec<u64>,
+    pub status: String,
+    pub status_detail: Option<String>,
+    pub progress: Option<u64>,
+    pub last_active: String,
+    pub capabilities: Vec<String>,
+}
+
+/// An agent whose last connection closed: its rooms' push cursors, for replay.
+pub(super) struct Away {
+    pub since: Instant,
+    pub cursors: HashMap<String, u64>,
+}
+
+/// All live state, behind the face's one mutex (held briefly, never across an await).
+#[derive(Default)]
+pub(super) struct Live {
+    pub conns: HashMap<u64, ConnInfo>,
+    pub agents: HashMap<String, AgentLive>,
+    /// agent id → principal that first registered it (an id is bound to its key).
+    pub bound: HashMap<String, String>,
+    pub away: HashMap<String, Away>,
+    /// room id → current turn holder.
+    pub turns: HashMap<String, String>,
+    pub buckets: HashMap<String, Bucket>,
+    next_conn: u64,
+}
+
+fn now_ts() -> String {
+    convene_core::event::format_ts(time::OffsetDateTime::now_utc())
+}
+
+impl Live {
+    /// Registers a connection for `agent`; refuses an id bound to another key and a key
+    /// over its agent limit.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attach(
+        &mut self,
+        agent: &str,
+        name: &str,
+        principal: &str,
+        capabilities: Vec<String>,
+        out: Arc<Outbox>,
+        limits: &Limits,
+    ) -> Result<u64, WireError> {
+        if let Some(p) = self.bound.get(agent) {
+            if p != principal {
+                return Err(WireError::new(
+                    ErrorCode::AgentIdTaken,
+                    format!("agent id {agent} belongs to another API key"),
+                ));
+            }
+        }
+        if !self.agents.contains_key(agent) {
+            let n = self
+                .agents
+                .values()
+                .filter(|a| a.principal == principal)
+                .count();
+            if n >= limits.agents_per_key {
+                return Err(WireError::new(
+                    ErrorCode::RateLimitAgents,
+                    format!(
+                        "this API key already has {n} agents connected (limit {})",
+                        limits.agents_per_key
+                    ),
+                ));
+            }
+        }
+        self.bound.insert(agent.to_string(), principal.to_string());
+        self.next_conn += 1;
+        let id = self.next_conn;
+        self.conns.insert(
+            id,
+            ConnInfo {
+                agent: agent.to_string(),
+                principal: principal.to_string(),
+                out,
+            },
+        );
+        let a = self
+            .agents
+            .entry(agent.to_string())
+            .or_insert_with(|| AgentLive {
+                name: name.to_string(),
+                principal: principal.to_string(),
+                conns: Vec::new(),
+                status: "idle".into(),
+                status_detail: None,
+                progress: None,
+                last_active: now_ts(),
+                capabilities: Vec::new(),
+            });
+        a.name = name.to_string();
+        if !capabilities.is_empty() {
+            a.capabilities = capabilities;
+        }
+        a.last_active = now_ts();
+        a.conns.push(id);
+        Ok(id)
+    }
+
+    /// Forgets a connection. Returns true when it was the agent's last one.
+    pub fn detach(&mut self, conn: u64, cursors: HashMap<String, u64>) -> bool {
+        let Some(c) = self.conns.remove(&conn) else {
+            return false;
+        };
+        let Some(a) = self.agents.get_mut(&c.agent) else {
+            return false;
+        };
+        a.conns.retain(|x| *x != conn);
+        if !a.conns.is_empty() {
+            return false;
+        }
+        self.agents.remove(&c.agent);
+        self.away.insert(
+            c.agent,
+            Away {
+                since: Instant::now(),
+                cursors,
+            },
+        );
+        true
+    }
+
+    /// The replay cursors of an agent back within the reconnect window.
+    pub fn come_back(&mut self, agent: &str) -> HashMap<String, u64> {
+        match self.away.remove(agent) {
+            Some(a) if a.since.elapsed() <= RECONNECT_WINDOW => a.cursors,
+            _ => HashMap::new(),
+        }
+    }
+
+    /// Notes activity (for `last_active`).
+    pub fn touch(&mut self, agent: &str) {
+        if let Some(a) = self.agents.get_mut(agent) {
+            a.last_active = now_ts();
+        }
+    }
+
+    /// Takes one message token of `principal`.
+    pub fn allow_message(&mut self, principal: &str, limits: &Limits) -> bool {
+        self.buckets
+            .entry(principal.to_string())
+            .or_insert_with(|| Bucket::full(limits))
+            .take(limits)
+    }
+
+    /// True when the agent has a connection now.
+    pub fn online(&self, agent: &str) -> bool {
+        self.agents.contains_key(agent)
+    }
+
+    /// The wire `Agent` object.
+    pub fn agent_value(&self, id: &str, fallback_name: &str) -> Value {
+        match self.agents.get(id) {
+            Some(a) => json!({
+                "agent_id": id, "name": a.name, "status": a.status,
+                "status_detail": a.status_detail, "progress": a.progress, "online": true,
+                "last_active": a.last_active, "capabilities": a.capabilities,
+            }),
+            None => json!({
+                "agent_id": id, "name": fallback_name, "status": "offline",
+                "status_detail": null, "progress": null, "online": false,
+                "last_active": null, "capabilities": [],
+            }),
+        }
+    }
+
+    /// Outboxes of every connection of these agents.
+    pub fn outboxes<'a>(&self, agents: impl IntoIterator<Item = &'a str>) -> Vec<Arc<Outbox>> {
+        let mut v = Vec::new();
+        for a in agents {
+            if let Some(al) = self.agents.get(a) {
+                for c in &al.conns {
+                    if let Some(ci) = self.conns.get(c) {
+                        v.push(ci.out.clone());
+                    }
+                }
+            }
+        }
+        v
+    }
+}
+
+/// Transient push (typing, presence, turn, room metadata) to these outboxes. Dropped for a
+/// connection whose queue is full: these describe the present, the next one supersedes it.
+pub(super) fn fan_out(outs: &[Arc<Outbox>], ftype: &str, payload: &Value) {
+    for o in outs {
+        o.try_frame(ftype, payload.clone());
+    }
+}
+
+/// The turn order of a room: its connected members, in join order.
+pub(super) fn turn_order(face: &Face, gid: &str) -> Vec<String> {
+    let members: Vec<String> = {
+        let eng = face.d.ledger.engine();
+        match eng.group(gid) {
+            Some(g) => g.collaborators().map(|a| a.id.clone()).collect(),
+            None => return Vec::new(),
+        }
+    };
+    let live = face.live.lock();
+    members.into_iter().filter(|m| live.online(m)).collect()
+}
+
+/// Applies a turn rule and pushes `turn_changed` to the room when the holder changed.
+/// `actor` joined, sent, left or disconnected (`reason`).
+pub(super) fn turn_event(face: &Face, gid: &str, actor: &str, reason: &str) {
+    let order = turn_order(face, gid);
+    let (changed, holder, outs) = {
+        let mut live = face.live.lock();
+        let cur = live.turns.get(gid).cloned();
+        let next = match reason {
+            // Rule 1: the first agent into an empty room holds the token.
+            "joined" => match &cur {
+                Some(h) if order.contains(h) => Some(h.clone()),
+                _ => order.first().cloned(),
+            },
+            // Rule 2: after a send, the member after the sender in join order.
+            "message_sent" => match order.iter().position(|m| m == actor) {
+                Some(i) => Some(order[(i + 1) % order.len()].clone()),
+                None => cur.clone(),
+            },
+            // Rule 3: the holder left or disconnected: the next member (the order no longer
+            // holds the holder, so continue from its old place).
+            _ => match &cur {
+                Some(h) if h == actor || !order.contains(h) => {
+                    next_after_removed(face, gid, actor, &order)
+                }
+                _ => cur.clone(),
+            },
+        };
+        let changed = next != cur;
+        match &next {
+            Some(n) => live.turns.insert(gid.to_string(), n.clone()),
+            None => live.turns.remove(gid),
+        };
+        let outs = if changed {
+            live.outboxes(order.iter().map(String::as_str))
+        } else {
+            Vec::new()
+        };
+        (changed, next, outs)
+    };
+    if changed {
+        let p = json!({"room_id": gid, "current_turn_holder": holder, "turn_order": order, "reason": reason});
+        fan_out(&outs, "turn_changed", &p);
+    }
+}
+
+/// The member after `gone` in the room's full join order, among those still connected.
+fn next_after_removed(face: &Face, gid: &str, gone: &str, order: &[String]) -> Option<String> {
+    let all: Vec<String> = {
+        let eng = face.d.ledger.engine();
+        eng.group(gid)
+            .map(|g| g.collaborators().map(|a| a.id.clone()).collect())
+            .unwrap_or_default()
+    };
+    let start = all.iter().position(|m| m == gone);
+    match start {
+        Some(i) => (1..=all.len())
+            .map(|k| &all[(i + k) % all.len()])
+            .find(|m| order.contains(m))
+            .cloned(),
+        None => order.first().cloned(),
+    }
+}
+
+/// The current holder of a room's token.
+pub(super) fn turn_holder(face: &Face, gid: &str) -> Option<String> {
+    face.live.lock().turns.get(gid).cloned()
+}
+
+/// At startup every Cowchat member is "just disconnected": it keeps its rooms for the
+/// reconnect window, then the reaper removes it.
+pub(super) fn adopt_members_at_start(face: &Face) {
+    let members: Vec<(String, String, u64)> = {
+        let eng = face.d.ledger.engine();
+        eng.groups()
+            .into_iter()
+            .filter(|g| rooms::is_room(g))
+            .flat_map(|g| {
+                g.collaborators()
+                    .filter(|a| a.runtime == RUNTIME)
+                    .map(|a| (a.id.clone(), g.group_id.clone(), g.last_seq))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    };
+    let mut live = face.live.lock();
+    for (agent, gid, head) in members {
+        live.away
+            .entry(agent)
+            .or_insert_with(|| Away {
+                since: Instant::now(),
+                cursors: HashMap::new(),
+            })
+            .cursors
+            .insert(gid, head);
+    }
+}
+
+/// Every few seconds: agents away longer than the reconnect window leave their rooms.
+pub(super) fn spawn_reaper(face: Arc<Face>) {
+    tokio::spawn(async move {
+        let mut stop = face.d.shutdown_rx();
+        let mut tick = tokio::time::interval(Duration::from_secs(2));
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = stop.changed() => return,
+            }
+            let expired: Vec<String> = {
+                let mut live = face.live.lock();
+                let gone: Vec<String> = live
+                    .away
+                    .iter()
+                    .filter(|(_, a)| a.since.elapsed() > RECONNECT_WINDOW)
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                for g in &gone {
+                    live.away.remove(g);
+                }
+                gone
+            };
+            for agent in expired {
+                agents::drop_memberships(&face, &agent).await;
+            }
+        }
+    });
+}
