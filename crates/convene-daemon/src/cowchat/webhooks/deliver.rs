@@ -122,7 +122,9 @@ async fn run(h: &Arc<Hooks>, sub: &mut Sub) -> Result<(), HookError> {
     let ledger = &h.d.ledger;
     let feed = ledger.hub().feed(&gid, sub.cursor);
     let mut head_rx = feed.subscribe();
+    // `cursor`: last event handled; `persisted`: last cursor written to the store.
     let mut cursor = sub.cursor;
+    let mut persisted = cursor;
     loop {
         let page = ledger.page_after(&feed, &gid, cursor, PAGE).await?;
         if page.is_empty() {
@@ -131,24 +133,25 @@ async fn run(h: &Arc<Hooks>, sub: &mut Sub) -> Result<(), HookError> {
             }
             continue;
         }
-        let start = cursor;
         for fe in page {
-            let msg = message_of(&fe.json).filter(|m| matches(sub, m));
-            if let Some(m) = msg {
-                // Persist the filtered-out stretch first, so a retry state names this event.
-                if cursor != start {
+            if let Some(m) = message_of(&fe.json).filter(|m| matches(sub, m)) {
+                // Persist the filtered-out stretch first, so a stored retry state always
+                // belongs to the first event after the stored cursor.
+                if cursor != persisted {
                     let (id, c) = (sub.id.clone(), cursor);
                     h.db(move |st| st.advance(&id, c)).await?;
                 }
                 if !deliver(h, sub, &target, &key, fe.seq, &m).await? {
                     return Ok(()); // failed: stop until enable_subscription
                 }
+                persisted = fe.seq;
             }
             cursor = fe.seq;
         }
-        if cursor != start {
+        if cursor != persisted {
             let (id, c) = (sub.id.clone(), cursor);
             h.db(move |st| st.advance(&id, c)).await?;
+            persisted = cursor;
         }
         sub.cursor = cursor;
     }

@@ -7,23 +7,18 @@
 //! the certificate is checked against the name, not the pinned address).
 
 use std::net::SocketAddr;
-use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig, STANDARD};
 use base64::engine::DecodePaddingMode;
 use base64::{alphabet, Engine as _};
 use hmac::{Hmac, Mac};
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, ServerName};
 use sha2::Sha256;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio_rustls::rustls::{self, ClientConfig, RootCertStore};
-use tokio_rustls::TlsConnector;
 
 use super::ssrf::Target;
+use super::tls::Tls;
 
 /// Prefix of base64-encoded secrets in the Standard Webhooks format.
 const WHSEC: &str = "whsec_";
@@ -67,31 +62,6 @@ pub fn sign(key: &[u8], id: &str, ts: i64, body: &[u8]) -> String {
     format!("v1,{}", STANDARD.encode(mac.finalize().into_bytes()))
 }
 
-/// The TLS client for https targets: rustls on ring, trusting the Mozilla roots compiled
-/// into `webpki-roots`, plus the PEM certificates in `extra_ca` (test-only setting).
-pub fn tls_connector(extra_ca: Option<&Path>) -> Result<TlsConnector, String> {
-    let mut roots = RootCertStore {
-        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-    };
-    if let Some(path) = extra_ca {
-        let certs =
-            CertificateDer::pem_file_iter(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        for c in certs {
-            let c = c.map_err(|e| format!("{}: {e}", path.display()))?;
-            roots
-                .add(c)
-                .map_err(|e| format!("{}: {e}", path.display()))?;
-        }
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let cfg = ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok(TlsConnector::from(Arc::new(cfg)))
-}
-
 /// Why an attempt did not get a 2xx.
 #[derive(Debug, thiserror::Error)]
 pub enum PostError {
@@ -107,16 +77,13 @@ pub enum PostError {
     /// A non-2xx status (3xx included: redirects are not followed).
     #[error("HTTP {0}")]
     Status(u16),
-    /// The host is not a valid TLS server name.
-    #[error("bad TLS server name")]
-    ServerName,
 }
 
 /// POSTs `body` to `t` at `addr` with the extra `headers`; Ok(status) for a 2xx.
 pub async fn post(
     t: &Target,
     addr: SocketAddr,
-    tls: &TlsConnector,
+    tls: &Tls,
     headers: &[(&str, &str)],
     body: &[u8],
     timeout: Duration,
@@ -125,8 +92,7 @@ pub async fn post(
         let tcp = TcpStream::connect(addr).await?;
         tcp.set_nodelay(true)?;
         if t.tls {
-            let name = ServerName::try_from(t.host.clone()).map_err(|_| PostError::ServerName)?;
-            let s = tls.connect(name, tcp).await?;
+            let s = tls.connect(&t.host, tcp).await?;
             exchange(s, t, headers, body).await
         } else {
             exchange(tcp, t, headers, body).await

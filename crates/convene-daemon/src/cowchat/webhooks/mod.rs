@@ -7,6 +7,7 @@ mod deliver;
 mod http;
 mod ssrf;
 mod store;
+mod tls;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -86,7 +87,7 @@ pub struct Hooks {
     d: Arc<Daemon>,
     store: Arc<Store>,
     opts: Options,
-    tls: tokio_rustls::TlsConnector,
+    tls: tls::Tls,
     tasks: Mutex<HashMap<String, JoinHandle<()>>>,
 }
 
@@ -126,7 +127,7 @@ pub fn start(d: Arc<Daemon>, home: &Path, opts: Options) -> Result<Arc<Hooks>, H
             "cowchat webhooks may reach loopback and private addresses (test-only setting)"
         );
     }
-    let tls = http::tls_connector(opts.extra_ca.as_deref()).map_err(HookError::Tls)?;
+    let tls = tls::Tls::new(opts.extra_ca.as_deref()).map_err(HookError::Tls)?;
     let store = Arc::new(Store::open(&home.join("cowchat").join("webhooks.db"))?);
     let active = store.active()?;
     let hooks = Arc::new(Hooks {
@@ -275,6 +276,11 @@ pub(in crate::cowchat) async fn subscribe(
     }
     http::secret_key(&p.secret).map_err(WireError::payload)?;
     let target = ssrf::parse_url(&p.webhook_url).map_err(|e| WireError::payload(e.to_string()))?;
+    if target.tls && !tls::HTTPS {
+        return Err(WireError::payload(
+            "this daemon was built without https webhook support",
+        ));
+    }
     ssrf::resolve(&target, h.opts.allow_local)
         .await
         .map_err(|e| WireError::payload(e.to_string()))?;

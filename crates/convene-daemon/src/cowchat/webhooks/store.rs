@@ -239,11 +239,13 @@ impl Store {
     }
 
     /// Advances the cursor and clears any retry state (a delivery succeeded or the events
-    /// up to `seq` were filtered out).
+    /// up to `seq` were filtered out). Only a running delivery task advances, so the row is
+    /// active: this also heals a `fail` written by a task that was being replaced by
+    /// `enable_subscription` at that moment (its blocking write cannot be cancelled).
     pub fn advance(&self, id: &str, seq: u64) -> Result<(), StoreError> {
         self.c.lock().execute(
             "UPDATE subscriptions SET cursor_seq = MAX(cursor_seq, ?2), failures = 0, \
-             retry_seq = NULL, retry_at_ms = NULL WHERE subscription_id = ?1",
+             retry_seq = NULL, retry_at_ms = NULL, status = 'active' WHERE subscription_id = ?1",
             params![id, seq as i64],
         )?;
         Ok(())
@@ -252,8 +254,8 @@ impl Store {
     /// Records a failed attempt of the delivery of event `seq`, due again at `at_ms`.
     pub fn retry(&self, id: &str, seq: u64, failures: u32, at_ms: i64) -> Result<(), StoreError> {
         self.c.lock().execute(
-            "UPDATE subscriptions SET failures = ?2, retry_seq = ?3, retry_at_ms = ?4 \
-             WHERE subscription_id = ?1",
+            "UPDATE subscriptions SET failures = ?2, retry_seq = ?3, retry_at_ms = ?4, \
+             status = 'active' WHERE subscription_id = ?1",
             params![id, failures as i64, seq as i64, at_ms],
         )?;
         Ok(())
