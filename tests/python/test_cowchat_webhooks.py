@@ -84,12 +84,14 @@ class Cow:
 
 class Receiver:
     """A local HTTP server recording every POST; `fail` > 0 answers that many with 500,
-    `fail = -1` answers all with 500."""
+    `fail = -1` answers all with 500; `/redirect…` answers 302 to `/hook`; the next `slow`
+    requests hang for 3 s and then answer 204 (recorded as status "slow")."""
 
     def __init__(self, tls: ssl.SSLContext | None = None):
         self.scheme = "https" if tls else "http"
         self.hits: list[dict] = []
         self.fail = 0
+        self.slow = 0
         self.cv = threading.Condition()
         outer = self
 
@@ -100,9 +102,16 @@ class Receiver:
                     failing = outer.fail != 0
                     if outer.fail > 0:
                         outer.fail -= 1
-                    outer.hits.append({"path": self.path, "headers": dict(self.headers), "body": body, "status": 500 if failing else 204})
+                    slow = outer.slow > 0
+                    outer.slow -= slow
+                    status = 302 if self.path.startswith("/redirect") else 500 if failing else 204
+                    outer.hits.append({"path": self.path, "headers": dict(self.headers), "body": body, "status": "slow" if slow else status})
                     outer.cv.notify_all()
-                self.send_response(500 if failing else 204)
+                if slow:
+                    time.sleep(3)
+                self.send_response(status)
+                if status == 302:
+                    self.send_header("location", outer.url("/hook"))
                 self.send_header("content-length", "0")
                 self.end_headers()
 
@@ -137,6 +146,7 @@ class Receiver:
 
     def close(self):
         self.srv.shutdown()
+        self.srv.server_close()
 
 
 def start(home, extra: list[str]) -> Daemon:
@@ -431,3 +441,29 @@ def test_subscriptions_belong_to_the_api_key(hooked, rx):
     theirs = subscribe(other, room2, rx.url("/team2"))
     assert [x["subscription_id"] for x in other.ok("list_subscriptions")["subscriptions"]] == [theirs["subscription_id"]]
     assert [x["subscription_id"] for x in c.ok("list_subscriptions")["subscriptions"]] == [mine["subscription_id"]]
+
+
+def test_redirects_are_failures_and_never_followed(hooked, rx):
+    c, room = setup_room(hooked.home)
+    subscribe(c, room, rx.url("/redirect"))
+    c.send(room, "m1")
+    s = wait_status(c, "failed")
+    assert s["failures"] == 6
+    assert [h["path"] for h in rx.hits] == ["/redirect"] * 6  # /hook was never requested
+
+
+def test_a_timed_out_attempt_is_a_failure(home, rx):
+    d = start(home, flags() + ["--cowchat-webhooks-timeout-ms", "500"])
+    try:
+        c, room = setup_room(home)
+        subscribe(c, room, rx.url())
+        rx.slow = 1
+        m1 = c.send(room, "m1")
+        [got] = rx.wait_delivered(1)
+        assert got["message"]["message_id"] == m1["message_id"]
+        # The hung attempt (which would have answered 204 after 3 s) was abandoned at 0.5 s
+        # and retried: one message, two requests, one webhook-id.
+        assert [h["status"] for h in rx.hits] == ["slow", 204]
+        assert len({h["headers"]["webhook-id"] for h in rx.hits}) == 1
+    finally:
+        d.stop()

@@ -54,6 +54,9 @@ enum Cmd {
         /// TEST ONLY: also trust the PEM CA certificates in this file for https webhooks.
         #[arg(long, hide = true)]
         cowchat_webhooks_ca_file: Option<PathBuf>,
+        /// TEST ONLY: one webhook attempt's deadline in milliseconds (default 10000).
+        #[arg(long, hide = true)]
+        cowchat_webhooks_timeout_ms: Option<u64>,
     },
     /// Daemon status.
     Status,
@@ -126,6 +129,7 @@ fn main() -> Result<()> {
             cowchat_webhooks_allow_local,
             cowchat_webhooks_retry_unit_ms,
             cowchat_webhooks_ca_file,
+            cowchat_webhooks_timeout_ms,
         } => {
             let mut cfg = convene_daemon::Config::new(home);
             cfg.tcp = tcp;
@@ -133,6 +137,9 @@ fn main() -> Result<()> {
             cfg.cowchat_tcp = cowchat_tcp;
             cfg.cowchat_webhooks.allow_local = cowchat_webhooks_allow_local;
             cfg.cowchat_webhooks.extra_ca = cowchat_webhooks_ca_file;
+            if let Some(ms) = cowchat_webhooks_timeout_ms {
+                cfg.cowchat_webhooks.timeout = Duration::from_millis(ms.max(1));
+            }
             if let Some(ms) = cowchat_webhooks_retry_unit_ms {
                 cfg.cowchat_webhooks.retry_unit = Duration::from_millis(ms.max(1));
             }
