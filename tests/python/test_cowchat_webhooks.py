@@ -467,3 +467,13 @@ def test_a_timed_out_attempt_is_a_failure(home, rx):
         assert len({h["headers"]["webhook-id"] for h in rx.hits}) == 1
     finally:
         d.stop()
+
+
+def test_destroying_the_room_removes_its_subscriptions(hooked, rx):
+    c, room = setup_room(hooked.home)
+    subscribe(c, room, rx.url())
+    c.ok("destroy_room", {"room_id": room})
+    deadline = time.time() + 30
+    while c.ok("list_subscriptions")["subscriptions"]:
+        assert time.time() < deadline, "subscription outlived its room"
+        time.sleep(0.05)

@@ -24,6 +24,9 @@ const PAGE: usize = 500;
 pub(super) const RETRIES: [u64; 5] = [1, 4, 16, 64, 256];
 /// Pause before a task that hit a store error starts over from the persisted state.
 const RESTART_PAUSE: Duration = Duration::from_secs(5);
+/// How often an idle task checks that its room still exists (other holders of the room's
+/// feed can keep its wake-up channel open after the room is destroyed).
+const ROOM_CHECK: Duration = Duration::from_secs(5);
 
 /// Starts the delivery task of `sub`.
 pub(super) fn spawn(h: Arc<Hooks>, sub: Sub) -> JoinHandle<()> {
@@ -117,19 +120,45 @@ async fn run(h: &Arc<Hooks>, sub: &mut Sub) -> Result<(), HookError> {
     let target = ssrf::parse_url(&sub.url).map_err(|e| HookError::Config(e.to_string()))?;
     let gid = sub.room_id.clone();
     if h.d.ledger.engine().group(&gid).is_none() {
-        return Ok(()); // the room is gone
+        return room_gone(h, sub).await;
     }
     let ledger = &h.d.ledger;
-    let feed = ledger.hub().feed(&gid, sub.cursor);
-    let mut head_rx = feed.subscribe();
+    let hub = ledger.hub();
+    let gone = || h.d.ledger.engine().group(&gid).is_none();
+    // Only the receiver is kept between pages: holding the feed would keep its channel
+    // open after the room is destroyed.
+    let mut head_rx = hub.feed(&gid, sub.cursor).subscribe();
     // `cursor`: last event handled; `persisted`: last cursor written to the store.
     let mut cursor = sub.cursor;
     let mut persisted = cursor;
     loop {
+        let feed = match hub.get(&gid) {
+            Some(f) => f,
+            None if gone() => return room_gone(h, sub).await,
+            None => {
+                let f = hub.feed(&gid, cursor);
+                head_rx = f.subscribe();
+                f
+            }
+        };
         let page = ledger.page_after(&feed, &gid, cursor, PAGE).await?;
+        drop(feed);
         if page.is_empty() {
-            if head_rx.changed().await.is_err() {
-                return Ok(()); // group deleted
+            tokio::select! {
+                r = head_rx.changed() => {
+                    if r.is_err() {
+                        if gone() {
+                            return room_gone(h, sub).await;
+                        }
+                        // The feed was replaced while the room lives on: follow the new one.
+                        head_rx = hub.feed(&gid, cursor).subscribe();
+                    }
+                }
+                _ = tokio::time::sleep(ROOM_CHECK) => {
+                    if gone() {
+                        return room_gone(h, sub).await;
+                    }
+                }
             }
             continue;
         }
@@ -155,6 +184,14 @@ async fn run(h: &Arc<Hooks>, sub: &mut Sub) -> Result<(), HookError> {
         }
         sub.cursor = cursor;
     }
+}
+
+/// The room was destroyed (room ids are never reused): the subscription goes with it.
+async fn room_gone(h: &Arc<Hooks>, sub: &Sub) -> Result<(), HookError> {
+    tracing::info!(subscription = %sub.id, room = %sub.room_id, "room destroyed: webhook subscription removed");
+    let (who, id) = (sub.principal.clone(), sub.id.clone());
+    h.db(move |st| st.delete(&who, &id)).await?;
+    Ok(())
 }
 
 /// Delivers one message, retrying on the schedule. Ok(false) when the retries ran out and
