@@ -47,6 +47,8 @@ pub struct Config {
     pub max_request_bytes: usize,
     /// Also serve Cowchat v2 on this TCP address (e.g. 127.0.0.1:9229).
     pub cowchat_tcp: Option<String>,
+    /// Cowchat webhook delivery settings.
+    pub cowchat_webhooks: cowchat::webhooks::Options,
     /// Per-key limits of the Cowchat face.
     pub cowchat_limits: cowchat::Limits,
     /// Cowchat reconnect window.
@@ -65,6 +67,7 @@ impl Config {
             command_timeout: Duration::from_secs(30),
             max_request_bytes: convene_ipc::MAX_REQUEST_BYTES,
             cowchat_tcp: None,
+            cowchat_webhooks: cowchat::webhooks::Options::default(),
             cowchat_limits: cowchat::Limits::default(),
             cowchat_reconnect: cowchat::RECONNECT_WINDOW,
         }
@@ -83,6 +86,9 @@ pub enum DaemonError {
     /// A listener could not be bound.
     #[error("listen {0}: {1}")]
     Listen(String, std::io::Error),
+    /// The Cowchat webhook store could not be opened.
+    #[error(transparent)]
+    Webhooks(#[from] cowchat::webhooks::HookError),
 }
 
 /// Shared state every face uses.
@@ -164,6 +170,10 @@ pub async fn start(cfg: Config) -> Result<Running, DaemonError> {
         },
     )
     .await;
+    cowchat::webhooks::attach(
+        &face,
+        cowchat::webhooks::start(daemon.clone(), &home.root, cfg.cowchat_webhooks.clone())?,
+    );
     // We hold the home lock, so a socket file left behind is stale.
     let sock = home.socket();
     let _ = std::fs::remove_file(&sock);
