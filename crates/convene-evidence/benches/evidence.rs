@@ -1,6 +1,10 @@
 //! Throughput benchmark (plain std::time): issuance, six-step verification,
 //! 16-hop chain verification and per-rule latency. Run: cargo bench -p convene-evidence
 //! (EVB_ONLY=<substring> measures only the matching rows, e.g. EVB_ONLY=verify for profiling).
+//!
+//! When `python3` can import `ccs_verifier` (pip install ccs-verifier==1.2.0), the same
+//! operations are then measured through benches/python_baseline.py in the same run, right
+//! after ours, and the ratios are printed (EVB_PYTHON=0 skips this).
 
 use base64::Engine;
 use convene_evidence::chain::EvidenceChain;
@@ -21,10 +25,10 @@ use std::time::{Duration, Instant};
 const ROUND: Duration = Duration::from_millis(300);
 const ROUNDS: usize = 5;
 
-/// Best-of-rounds throughput of `f` (each call is one operation).
-fn measure(name: &str, mut f: impl FnMut()) {
+/// Best-of-rounds throughput of `f` (each call is one operation); returns µs/op.
+fn measure(name: &str, mut f: impl FnMut()) -> Option<f64> {
     if std::env::var("EVB_ONLY").is_ok_and(|o| !name.contains(&o)) {
-        return;
+        return None;
     }
     let mut best = (0u64, Duration::from_secs(1));
     for _ in 0..ROUNDS {
@@ -40,6 +44,33 @@ fn measure(name: &str, mut f: impl FnMut()) {
         }
     }
     row(name, best.0, best.1);
+    Some(best.1.as_secs_f64() / best.0 as f64 * 1e6)
+}
+
+/// µs/op per row name from the Python baseline's table, if the tooling is installed.
+fn python_baseline() -> Option<Vec<(String, f64)>> {
+    if std::env::var("EVB_PYTHON").is_ok_and(|v| v == "0") {
+        return None;
+    }
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/python_baseline.py");
+    let out = std::process::Command::new("python3")
+        .arg(script)
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        println!("(python baseline unavailable: pip install ccs-verifier==1.2.0)");
+        return None;
+    }
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    println!("\nccs-verifier 1.2.0 (Python), same run:\n{text}");
+    Some(
+        text.lines()
+            .filter_map(|l| {
+                let c: Vec<&str> = l.split('|').map(str::trim).collect();
+                Some((c.get(1)?.to_string(), c.get(3)?.parse().ok()?))
+            })
+            .collect(),
+    )
 }
 
 fn intake(n: u64) -> Value {
@@ -65,11 +96,13 @@ fn main() {
     println!("|----------------------------------------------|--------------|------------|");
 
     // Issuance: intake + 3 rules + bindings + HMAC + Ed25519 (no storage).
+    let mut ours: Vec<(&str, Option<f64>)> = Vec::new();
     let mut n = 0u64;
-    measure("issue (3 rules, HMAC+Ed25519)", || {
+    let t = measure("issue (3 rules, HMAC+Ed25519)", || {
         black_box(v.issue(&intake(n)).unwrap());
         n += 1;
     });
+    ours.push(("issue (3 rules, HMAC+Ed25519)", t));
 
     // Issuance persisted to an in-memory evidence store.
     let vs = Verifier::new(VerifierSettings::default(), keys.clone(), default_rules())
@@ -116,11 +149,28 @@ fn main() {
         .collect();
     let now = pool[0].issued_at + 1.0;
     let mut it = pool.iter();
-    measure("verify (six steps, Ed25519 + HMAC + replay)", || {
+    let t = measure("verify (six steps, Ed25519 + HMAC + replay)", || {
         let r = it.next().expect("receipt pool exhausted");
         assert!(e.validate(r, &exp, now).is_ok());
     });
+    ours.push(("verify (six steps", t));
     let issued = pool;
+
+    // The same with the durable replay cache (file, synchronous=FULL): one fsync per receipt.
+    let ed = Enforcer::new(
+        &v.settings().audience,
+        ts.clone(),
+        ReplayCache::open(&dir.join("replay.db")).unwrap(),
+    )
+    .with_hmac_secret(&v.settings().issuer, keys.hmac_secret());
+    let durable: Vec<Receipt> = (0..5_000u64)
+        .map(|i| v.issue(&intake(20_000_000 + i)).unwrap().receipt)
+        .collect();
+    let mut it = durable.iter();
+    measure("verify + durable replay insert (file, sync=FULL)", || {
+        let r = it.next().expect("receipt pool exhausted");
+        assert!(ed.validate(r, &exp, now).is_ok());
+    });
 
     // 16-hop chain (17 receipts) full verification.
     let mut chain = EvidenceChain::new(issued[0].clone()).unwrap();
@@ -131,9 +181,10 @@ fn main() {
                                         "parent_trace_id": prev.trace_id});
         chain.append(v.issue(&i).unwrap().receipt).unwrap();
     }
-    measure("chain verify full (16 hops, 17 receipts)", || {
+    let t = measure("chain verify full (16 hops, 17 receipts)", || {
         assert!(chain.verify_full(&ts, None).chain_valid);
     });
+    ours.push(("chain verify full", t));
 
     // Per-rule latency.
     let man = Manifest::build("bench", &keys, ChallengePolicy::default(), 0, 10).unwrap();
@@ -152,6 +203,10 @@ fn main() {
     let evil = parse_value(&evil).unwrap();
     for r in &rules {
         for (label, cmd) in [("benign", &benign), ("malicious", &evil)] {
+            let name = format!("rule {} ({label})", r.name());
+            if std::env::var("EVB_ONLY").is_ok_and(|o| !name.contains(&o)) {
+                continue;
+            }
             let ctx = RuleContext {
                 cmd,
                 manifest: &man,
@@ -162,12 +217,34 @@ fn main() {
             for _ in 0..iters {
                 black_box(r.evaluate(black_box(&ctx)));
             }
-            row(
-                &format!("rule {} ({label})", r.name()),
-                iters,
-                start.elapsed(),
-            );
+            row(&name, iters, start.elapsed());
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
+
+    // The Python tooling, measured right after ours on the same machine state.
+    if ours.iter().all(|(_, t)| t.is_none()) {
+        return;
+    }
+    let Some(py) = python_baseline() else { return };
+    println!("| operation (same run)                         | convene us | python us |  ratio | target |");
+    println!("|----------------------------------------------|------------|-----------|--------|--------|");
+    for (name, t) in ours {
+        let (Some(t), Some((_, p))) = (t, py.iter().find(|(n, _)| n.starts_with(name))) else {
+            continue;
+        };
+        let target = match name {
+            n if n.starts_with("issue") => ">= 20x",
+            n if n.starts_with("verify") => ">= 5x",
+            _ => "",
+        };
+        println!(
+            "| {:<44} | {:>10.2} | {:>9.2} | {:>5.1}x | {:>6} |",
+            name,
+            t,
+            p,
+            p / t,
+            target
+        );
+    }
 }

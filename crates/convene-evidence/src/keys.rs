@@ -4,10 +4,12 @@ use crate::error::EvidenceError;
 use crate::jcs::sha256_hex;
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
-use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
+use ed25519_dalek::hazmat::{raw_sign, ExpandedSecretKey};
+use ed25519_dalek::{Signature, SigningKey, Verifier, VerifyingKey};
 use rand_core::{OsRng, RngCore};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Verifier key material: an Ed25519 key pair plus the L0 HMAC secret.
 #[derive(Clone)]
@@ -15,6 +17,9 @@ pub struct KeyMaterial {
     /// Stable key identifier bound into the canonical configuration.
     pub key_id: String,
     signing: SigningKey,
+    /// SHA-512 expansion of the seed, computed once instead of at every signature.
+    expanded: Arc<ExpandedSecretKey>,
+    fingerprint: String,
     hmac_secret: [u8; 32],
 }
 
@@ -29,7 +34,7 @@ impl std::fmt::Debug for KeyMaterial {
 }
 
 /// On-disk form of a private key file (JSON).
-#[derive(Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize)]
 pub struct KeyFile {
     /// Key identifier.
     pub key_id: String,
@@ -41,6 +46,9 @@ pub struct KeyFile {
     pub public_key: String,
     /// 16-hex fingerprint of the public key.
     pub fingerprint: String,
+    /// A §7.3 rotation in progress (`evidence rotate`); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotation: Option<crate::rotation::Rotation>,
 }
 
 impl KeyMaterial {
@@ -50,20 +58,19 @@ impl KeyMaterial {
         OsRng.fill_bytes(&mut seed);
         let mut hmac_secret = [0u8; 32];
         OsRng.fill_bytes(&mut hmac_secret);
-        let signing = SigningKey::from_bytes(&seed);
-        let fp = fingerprint_of(&signing.verifying_key());
-        Self {
-            key_id: key_id.unwrap_or_else(|| format!("key-{fp}")),
-            signing,
-            hmac_secret,
-        }
+        let mut k = Self::from_secrets("", seed, hmac_secret);
+        k.key_id = key_id.unwrap_or_else(|| format!("key-{}", k.fingerprint));
+        k
     }
 
     /// Build from known secrets (test vectors, key files).
     pub fn from_secrets(key_id: &str, seed: [u8; 32], hmac_secret: [u8; 32]) -> Self {
+        let signing = SigningKey::from_bytes(&seed);
         Self {
             key_id: key_id.to_string(),
-            signing: SigningKey::from_bytes(&seed),
+            expanded: Arc::new(ExpandedSecretKey::from(&seed)),
+            fingerprint: fingerprint_of(&signing.verifying_key()),
+            signing,
             hmac_secret,
         }
     }
@@ -75,7 +82,7 @@ impl KeyMaterial {
 
     /// 16-hex fingerprint: first 16 hex of sha256(raw public key).
     pub fn fingerprint(&self) -> String {
-        fingerprint_of(&self.public())
+        self.fingerprint.clone()
     }
 
     /// HMAC secret bytes (shared-secret deployments only).
@@ -85,7 +92,9 @@ impl KeyMaterial {
 
     /// Sign bytes with Ed25519.
     pub fn sign(&self, msg: &[u8]) -> Signature {
-        self.signing.sign(msg)
+        // RFC 8032 signing with the cached expansion; byte-identical to SigningKey::sign
+        // (held by keys::tests::cached_expansion_signs_like_signing_key).
+        raw_sign::<sha2::Sha512>(&self.expanded, msg, self.signing.as_ref())
     }
 
     /// Serialize to a key file.
@@ -96,6 +105,7 @@ impl KeyMaterial {
             hmac_secret_hex: hex::encode(self.hmac_secret),
             public_key: B64.encode(self.public().to_bytes()),
             fingerprint: self.fingerprint(),
+            rotation: None,
         }
     }
 
@@ -376,6 +386,17 @@ mod tests {
         assert_ne!(a.fingerprint(), b.fingerprint());
         assert_ne!(a.hmac_secret(), b.hmac_secret());
         assert_ne!(a.hmac_secret(), &[0u8; 32]);
+    }
+
+    #[test]
+    fn cached_expansion_signs_like_signing_key() {
+        use ed25519_dalek::Signer;
+        for n in [0usize, 1, 64, 900, 5000] {
+            let k = KeyMaterial::generate(None);
+            let msg: Vec<u8> = (0..n).map(|i| (i * 7 + n) as u8).collect();
+            assert_eq!(k.sign(&msg), k.signing.sign(&msg));
+            assert!(k.public().verify(&msg, &k.sign(&msg)).is_ok());
+        }
     }
 
     #[test]
