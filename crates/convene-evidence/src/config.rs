@@ -193,8 +193,7 @@ impl Manifest {
         self.next_signing_key = Some(NextSigningKey {
             key_id: next.key_id.clone(),
             signing_key_fingerprint: next.fingerprint(),
-            public_key: base64::engine::general_purpose::STANDARD
-                .encode(next.public().to_bytes()),
+            public_key: base64::engine::general_purpose::STANDARD.encode(next.public().to_bytes()),
             dual_sign_since: since.max(0.0) as u64,
             effective_at: effective_at.max(0.0).ceil() as u64,
         });

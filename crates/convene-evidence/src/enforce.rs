@@ -299,7 +299,7 @@ pub struct Accepted {
 pub struct Enforcer {
     identity: String,
     trust: TrustStore,
-    hmac_secrets: HashMap<String, Vec<u8>>,
+    hmac_secrets: HashMap<String, Vec<Vec<u8>>>,
     replay: ReplayCache,
     monitor: DenyRateMonitor,
     alert_threshold: u64,
@@ -331,10 +331,13 @@ impl Enforcer {
         self
     }
 
-    /// Enroll a shared HMAC secret for an issuer (distributed out of band, §7.2).
+    /// Enroll a shared HMAC secret for an issuer (distributed out of band, §7.2). Called
+    /// again for the same issuer (a §7.3 rotation), every enrolled secret is accepted.
     pub fn with_hmac_secret(mut self, issuer: &str, secret: &[u8]) -> Self {
         self.hmac_secrets
-            .insert(issuer.to_string(), secret.to_vec());
+            .entry(issuer.to_string())
+            .or_default()
+            .push(secret.to_vec());
         self
     }
 
@@ -384,8 +387,10 @@ impl Enforcer {
     /// present but invalid rejects it ([`Receipt::verify_with_trust`]).
     pub fn signature_ok(&self, r: &Receipt) -> bool {
         let ed = r.verify_with_trust(&self.trust);
+        // With shared secrets enrolled, the receipt's HMAC or (during a rotation overlap)
+        // its cosignature's HMAC must verify under one of them.
         let mac = match self.hmac_secrets.get(&r.issuer) {
-            Some(s) => r.verify_hmac(s),
+            Some(secrets) => secrets.iter().any(|s| r.verify_any_hmac(s)),
             None => true,
         };
         ed && mac

@@ -294,8 +294,12 @@ impl Verifier {
         if next.fingerprint() == self.keys.fingerprint() {
             return Err(EvidenceError::Key("next key equals the current key".into()));
         }
-        let (manifest, config, config_hash) =
-            Self::bind_config(&self.settings, &self.keys, Some((&next, since)), &self.rules)?;
+        let (manifest, config, config_hash) = Self::bind_config(
+            &self.settings,
+            &self.keys,
+            Some((&next, since)),
+            &self.rules,
+        )?;
         self.manifest = manifest;
         self.config = config;
         self.config_hash = config_hash;

@@ -163,10 +163,12 @@ pub fn cutover(f: &KeyFile, now: f64) -> Result<KeyFile, Refused> {
 
 /// Retire the outgoing key once all its receipts have expired; returns its fingerprint.
 pub fn retire(f: &mut KeyFile, now: f64) -> Result<String, Refused> {
-    let Some(r @ Rotation::CutOver {
-        previous_fingerprint,
-        ..
-    }) = &f.rotation
+    let Some(
+        r @ Rotation::CutOver {
+            previous_fingerprint,
+            ..
+        },
+    ) = &f.rotation
     else {
         return Err(Refused::WrongPhase("no cut-over key to retire".into()));
     };
@@ -192,7 +194,10 @@ mod tests {
         assert!(matches!(retire(&mut f, 0.0), Err(Refused::WrongPhase(_))));
         assert!(announce(&mut f, &old, 100.0, 60.0).is_err(), "same key");
         announce(&mut f, &new, 100.0, 60.0).unwrap();
-        assert!(announce(&mut f, &new, 101.0, 60.0).is_err(), "one at a time");
+        assert!(
+            announce(&mut f, &new, 101.0, 60.0).is_err(),
+            "one at a time"
+        );
         let (k, next) = signing_keys(&f).unwrap();
         assert_eq!(k.fingerprint(), old.fingerprint());
         let (n, since) = next.unwrap();
@@ -209,7 +214,10 @@ mod tests {
         assert_eq!(k.fingerprint(), new.fingerprint());
         assert!(next.is_none());
         let text = serde_json::to_string(&g).unwrap();
-        assert!(!text.contains(&old.to_file().ed25519_secret_hex), "old secret dropped");
+        assert!(
+            !text.contains(&old.to_file().ed25519_secret_hex),
+            "old secret dropped"
+        );
         assert!(matches!(
             retire(&mut g, 279.0),
             Err(Refused::TooEarly { not_before }) if not_before == 280.0

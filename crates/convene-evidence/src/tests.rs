@@ -1075,3 +1075,88 @@ fn ccs_6_8_replay_cache_file_with_older_rowid_schema_keeps_working() {
     assert!(!rc.check_and_insert("https://i", "n1", 10.0).unwrap());
     assert!(rc.check_and_insert("https://j", "n1", 10.0).unwrap());
 }
+
+#[test]
+fn ccs_7_3_1_dual_hmac_lets_holders_of_either_secret_check_overlap_receipts() {
+    let (old, new) = (KeyMaterial::generate(None), KeyMaterial::generate(None));
+    let (v, _t) = overlap_verifier(&old, &new);
+    let params = json!({"q":"x"});
+    let r = v
+        .issue(&intake("search_web", params.clone()))
+        .unwrap()
+        .receipt;
+    let tag = r.cosignature.as_ref().and_then(|c| c.receipt.clone());
+    assert_eq!(tag, Some(r.compute_hmac(new.hmac_secret())));
+    assert!(r.verify_hmac(old.hmac_secret()) && !r.verify_hmac(new.hmac_secret()));
+    let shared = |keys: &[&KeyMaterial], secrets: &[&KeyMaterial]| {
+        secrets.iter().fold(consumer(&v, keys), |e, s| {
+            e.with_hmac_secret(&v.settings().issuer, s.hmac_secret())
+        })
+    };
+    // Old pin + old secret, new pin + new secret, both: all accept the overlap receipt.
+    for (keys, secrets) in [
+        (&[&old][..], &[&old][..]),
+        (&[&new][..], &[&new][..]),
+        (&[&old, &new][..], &[&old, &new][..]),
+    ] {
+        assert!(validate_at_issue(&shared(keys, secrets), &r, &params));
+    }
+    // A secret the issuer never used fails the HMAC (step 3), whatever the key.
+    let stranger = KeyMaterial::generate(None);
+    assert!(!validate_at_issue(
+        &shared(&[&new], &[&stranger]),
+        &r,
+        &params
+    ));
+    // A forged cosignature HMAC does not pass for holders of the new secret only.
+    let mut forged = r.clone();
+    let bad_tag = forged.compute_hmac(stranger.hmac_secret());
+    if let Some(c) = forged.cosignature.as_mut() {
+        c.receipt = Some(bad_tag);
+    }
+    assert!(!validate_at_issue(
+        &shared(&[&new], &[&new]),
+        &forged,
+        &params
+    ));
+    // Stripping it leaves holders of the old secret unaffected.
+    let mut stripped = r.clone();
+    if let Some(c) = stripped.cosignature.as_mut() {
+        c.receipt = None;
+    }
+    assert!(validate_at_issue(
+        &shared(&[&old], &[&old]),
+        &stripped,
+        &params
+    ));
+    assert!(!validate_at_issue(
+        &shared(&[&new], &[&new]),
+        &stripped,
+        &params
+    ));
+}
+
+#[test]
+fn ccs_7_3_announce_manifest_names_incoming_key_and_is_bound() {
+    let (old, new) = (KeyMaterial::generate(None), KeyMaterial::generate(None));
+    let plain = Verifier::new(VerifierSettings::default(), old.clone(), default_rules()).unwrap();
+    assert!(plain.manifest().next_signing_key.is_none());
+    let v = Verifier::new(VerifierSettings::default(), old.clone(), default_rules())
+        .unwrap()
+        .with_next_key_since(new.clone(), 1000.0)
+        .unwrap();
+    let m = v.manifest();
+    let n = m.next_signing_key.as_ref().unwrap();
+    assert_eq!(n.signing_key_fingerprint, new.fingerprint());
+    assert_eq!(n.public_key, b64(&new));
+    assert_eq!((n.dual_sign_since, n.effective_at), (1000, 1120));
+    // Signed by the current key, and bound into config_hash through manifest_hash.
+    assert!(m.verify(&old.public(), m.published_at as f64));
+    assert_eq!(
+        v.config().manifest_hash.as_deref(),
+        Some(m.hash().unwrap().as_str())
+    );
+    let mut tampered = m.clone();
+    tampered.next_signing_key.as_mut().unwrap().public_key = b64(&old);
+    assert!(!tampered.verify(&old.public(), m.published_at as f64));
+}
