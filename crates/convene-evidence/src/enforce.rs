@@ -3,7 +3,7 @@
 use crate::error::EvidenceError;
 use crate::jcs::sha256_hex;
 use crate::keys::TrustStore;
-use crate::receipt::{action_for, OutcomeStatus, Receipt, Verdict};
+use crate::receipt::{OutcomeStatus, Receipt, Verdict};
 use rusqlite::{params, Connection};
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -441,10 +441,14 @@ impl Enforcer {
             Ok(c) => sha256_hex(c.as_bytes()),
             Err(_) => return Err(self.reject(r, FailureCategory::BindingMismatch, now)),
         };
-        if r.tool != expected.tool
-            || r.params_hash != params_hash
-            || r.action != action_for(expected.tool, &params_hash)
-        {
+        // action must be exactly `ccs:tool-invoke:{tool}:{params_hash}` (compared in place).
+        let action_ok = r
+            .action
+            .strip_prefix("ccs:tool-invoke:")
+            .and_then(|a| a.strip_prefix(expected.tool))
+            .and_then(|a| a.strip_prefix(':'))
+            == Some(params_hash.as_str());
+        if r.tool != expected.tool || r.params_hash != params_hash || !action_ok {
             return Err(self.reject(r, FailureCategory::BindingMismatch, now));
         }
         self.monitor.record(&r.issuer, r.verdict);

@@ -473,14 +473,19 @@ impl Verifier {
             manifest: &self.manifest,
             now,
         };
-        let mut summary = Vec::with_capacity(self.rules.len());
+        let mut summary = String::with_capacity(32 * self.rules.len());
         let mut verdict = Verdict::Allow;
         let mut reason = String::new();
         let mut challenge = None;
         let mut comparison = None;
         for r in &self.rules {
             let o = r.evaluate(&ctx);
-            summary.push(format!("{}={}", r.name(), o.verdict.as_str()));
+            if !summary.is_empty() {
+                summary.push('|');
+            }
+            summary.push_str(r.name());
+            summary.push('=');
+            summary.push_str(o.verdict.as_str());
             // Deny dominates escalate dominates allow; the first reason of the
             // strongest verdict is reported.
             let stronger = matches!(
@@ -507,17 +512,22 @@ impl Verifier {
                 .open_indeterminate
                 .lock()
                 .map_err(|_| fail("intake processing failed"))?;
-            if let Some(t) = open.get(&format!("{}|{}", cmd.agent_id, action)) {
+            // The key is only built when some outcome is open (rare).
+            if let Some(t) = (!open.is_empty())
+                .then(|| open.get(&format!("{}|{}", cmd.agent_id, action)))
+                .flatten()
+            {
                 verdict = Verdict::Deny;
                 reason = format!("indeterminate_outcome_open: {t}");
             }
         }
-        {
+        let mut open = self
+            .open_challenges
+            .lock()
+            .map_err(|_| fail("intake processing failed"))?;
+        // Only touched when a challenge is open or being issued (rare).
+        if !open.is_empty() || challenge.is_some() {
             let key = format!("{}|{}", cmd.agent_id, action);
-            let mut open = self
-                .open_challenges
-                .lock()
-                .map_err(|_| fail("intake processing failed"))?;
             if let Some(deadline) = open.get(&key).copied() {
                 if now > deadline {
                     // §4.7 step 6: evidence arriving after expires_at does not
@@ -542,6 +552,7 @@ impl Verifier {
                 open.insert(key, deadline);
             }
         }
+        drop(open);
         let request_hash = format!(
             "sha256:{}",
             sha256_hex(
@@ -580,7 +591,7 @@ impl Verifier {
             timestamp: now,
             tool: cmd.tool.clone(),
             params_hash,
-            rule_summary: summary.join("|"),
+            rule_summary: summary,
             receipt: String::new(),
             verified_at: now,
             block_reason: if verdict == Verdict::Allow {

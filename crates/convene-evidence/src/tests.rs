@@ -1160,3 +1160,44 @@ fn ccs_7_3_announce_manifest_names_incoming_key_and_is_bound() {
     tampered.next_signing_key.as_mut().unwrap().public_key = b64(&old);
     assert!(!tampered.verify(&old.public(), m.published_at as f64));
 }
+
+#[test]
+fn ccs_12_2_step5_action_must_match_exactly() {
+    let v = verifier();
+    let params = json!({"q":"x"});
+    let exp = Expected {
+        tool: "search_web",
+        params: &params,
+    };
+    let base = v
+        .issue(&intake("search_web", params.clone()))
+        .unwrap()
+        .receipt;
+    let good = base.action.clone();
+    let hash = base.params_hash.clone();
+    // Correctly signed by the issuer, but the action does not bind this call exactly.
+    for action in [
+        format!("{good}0"),
+        format!("ccs:tool-invoke:search_web::{hash}"),
+        format!("ccs:tool-invoke:search_we:{hash}"),
+        format!("ccs:tool-invoke:search_web:{}", &hash[1..]),
+        format!("ccs:tool-call:search_web:{hash}"),
+        hash.clone(),
+    ] {
+        let mut r = base.clone();
+        r.action = action;
+        r.nonce = format!("{:032x}", r.action.len());
+        r.seal(v.keys()).unwrap();
+        let e = enforcer_for(&v, &v.settings().audience);
+        assert_eq!(
+            e.validate(&r, &exp, r.issued_at)
+                .unwrap_err()
+                .failure_category,
+            FailureCategory::BindingMismatch,
+            "{}",
+            r.action
+        );
+    }
+    let e = enforcer_for(&v, &v.settings().audience);
+    assert!(e.validate(&base, &exp, base.issued_at).is_ok());
+}
