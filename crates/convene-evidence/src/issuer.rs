@@ -458,6 +458,87 @@ impl Verifier {
         audience: Option<&str>,
     ) -> Result<IssuedReceipt, IntakeError> {
         let started = Instant::now();
+        let mut issued = self.evaluate(parse, audience, started)?;
+        self.persist(&[&issued], started)?;
+        issued.latency_us = started.elapsed().as_micros() as u64;
+        Ok(issued)
+    }
+
+    /// Issue receipts for several intakes (e.g. the parallel tool calls of one agent turn)
+    /// and persist them in one transaction: one durable commit (fsync) for the batch.
+    ///
+    /// Results are in input order. Nothing is returned before the commit: if it fails,
+    /// every receipt of the batch is an error, so no tool can run on an unpersisted
+    /// receipt (§11.1). Intakes that fail on their own get their own error, as with
+    /// [`Verifier::issue`].
+    pub fn issue_batch(&self, intakes: &[Value]) -> Vec<Result<IssuedReceipt, IntakeError>> {
+        let started = Instant::now();
+        let mut out: Vec<Result<IssuedReceipt, IntakeError>> = intakes
+            .iter()
+            .map(|v| {
+                catch_unwind(AssertUnwindSafe(|| {
+                    self.evaluate(|| intake::parse_value(v), None, started)
+                }))
+                .unwrap_or_else(|_| Err(Self::failed(None)))
+            })
+            .collect();
+        let persisted = {
+            let ok: Vec<&IssuedReceipt> = out.iter().filter_map(|r| r.as_ref().ok()).collect();
+            catch_unwind(AssertUnwindSafe(|| self.persist(&ok, started)))
+                .unwrap_or_else(|_| Err(Self::failed(None)))
+        };
+        for r in &mut out {
+            match (&persisted, r.as_mut()) {
+                (Err(e), Ok(i)) => {
+                    let mut e = e.clone();
+                    e.trace_id = Some(i.receipt.trace_id.clone());
+                    *r = Err(e);
+                }
+                (Ok(()), Ok(i)) => i.latency_us = started.elapsed().as_micros() as u64,
+                (_, Err(_)) => {}
+            }
+        }
+        out
+    }
+
+    fn failed(trace: Option<String>) -> IntakeError {
+        let mut e = IntakeError::new(IntakeErrorCode::IntakeFailed, "intake processing failed");
+        e.trace_id = trace;
+        e
+    }
+
+    /// The Persist step for issued receipts: one transaction, durable before returning.
+    fn persist(&self, items: &[&IssuedReceipt], started: Instant) -> Result<(), IntakeError> {
+        for i in items {
+            self.step(Step::Persist, started, &Some(i.receipt.trace_id.clone()))?;
+        }
+        let Some(store) = &self.store else {
+            return Ok(());
+        };
+        let trace = (items.len() == 1).then(|| items[0].receipt.trace_id.clone());
+        let fail = |m: &str| {
+            let mut e = IntakeError::new(IntakeErrorCode::IntakeFailed, m);
+            e.trace_id = trace.clone();
+            e
+        };
+        let g = store.lock().map_err(|_| fail("intake processing failed"))?;
+        let commands: Vec<Value> = items.iter().map(|i| command_value(&i.command)).collect();
+        let rows: Vec<(&Receipt, Option<&Value>)> = items
+            .iter()
+            .zip(&commands)
+            .map(|(i, c)| (&i.receipt, Some(c)))
+            .collect();
+        g.append_all(&rows)
+            .map_err(|_| fail("evidence could not be persisted"))
+    }
+
+    /// Everything up to a sealed receipt (normalize, rules, bind, sign); not persisted.
+    fn evaluate(
+        &self,
+        parse: impl FnOnce() -> Result<Command, IntakeError>,
+        audience: Option<&str>,
+        started: Instant,
+    ) -> Result<IssuedReceipt, IntakeError> {
         self.step(Step::Normalize, started, &None)?;
         let cmd = parse()?;
         let trace = Some(cmd.trace_id.clone());
@@ -630,17 +711,10 @@ impl Verifier {
             .seal_dual(&self.keys, self.next_keys())
             .map_err(|_| fail("intake processing failed"))?;
 
-        self.step(Step::Persist, started, &trace)?;
-        if let Some(store) = &self.store {
-            let g = store.lock().map_err(|_| fail("intake processing failed"))?;
-            g.append(&receipt, Some(&command_value(&cmd)))
-                .map_err(|_| fail("evidence could not be persisted"))?;
-        }
-        let latency_us = started.elapsed().as_micros() as u64;
         Ok(IssuedReceipt {
             receipt,
             command: cmd,
-            latency_us,
+            latency_us: 0,
         })
     }
 

@@ -1201,3 +1201,71 @@ fn ccs_12_2_step5_action_must_match_exactly() {
     let e = enforcer_for(&v, &v.settings().audience);
     assert!(e.validate(&base, &exp, base.issued_at).is_ok());
 }
+
+#[test]
+fn ccs_11_1_batch_is_persisted_in_one_transaction_before_any_receipt_is_returned() {
+    let batch = |traces: &[&str]| -> Vec<Value> {
+        traces
+            .iter()
+            .map(|t| {
+                let mut i = intake("search_web", json!({"q": t}));
+                i["trace_id"] = json!(t);
+                i
+            })
+            .collect()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let v = verifier()
+        .with_store(EvidenceStore::open(&dir.path().join("ev.db")).unwrap())
+        .unwrap();
+    // One malformed intake fails alone; the others are issued and stored, in order.
+    let mut items = batch(&["a", "b", "c"]);
+    items[1]["params"] = json!("not an object");
+    let out = v.issue_batch(&items);
+    assert_eq!(
+        out[1].as_ref().unwrap_err().code,
+        IntakeErrorCode::IntakeMalformed
+    );
+    let (a, c) = (out[0].as_ref().unwrap(), out[2].as_ref().unwrap());
+    assert_eq!(c.receipt.sequence, a.receipt.sequence + 1);
+    assert_eq!(v.with_store_ref(|s| s.count().unwrap()), Some(2));
+    for r in [a, c] {
+        let stored = v.with_store_ref(|s| s.by_trace(&r.receipt.trace_id).unwrap());
+        assert_eq!(stored, Some(vec![r.receipt.clone()]));
+    }
+    // The store refuses the second row mid-transaction: the first is rolled back too,
+    // and no receipt of the batch is returned.
+    v.with_store_ref(|s| {
+        s.execute_batch_for_test(
+            "CREATE TRIGGER refuse_e BEFORE INSERT ON receipts WHEN NEW.trace_id = 'e'
+             BEGIN SELECT RAISE(ABORT, 'disk full'); END;",
+        )
+        .unwrap()
+    });
+    let out = v.issue_batch(&batch(&["d", "e", "f"]));
+    for (r, t) in out.iter().zip(["d", "e", "f"]) {
+        let e = r.as_ref().unwrap_err();
+        assert_eq!(e.code, IntakeErrorCode::IntakeFailed);
+        assert_eq!(e.trace_id.as_deref(), Some(t));
+        assert!(!e.to_response().to_string().contains("disk full"));
+    }
+    assert_eq!(v.with_store_ref(|s| s.count().unwrap()), Some(2));
+    // A fault (or panic) at the Persist step of any item blocks the whole batch.
+    for panic in [false, true] {
+        let hook: FaultHook = Arc::new(move |s: Step| {
+            if s == Step::Persist {
+                if panic {
+                    panic!("injected");
+                }
+                return Err("injected".into());
+            }
+            Ok(())
+        });
+        let v = verifier_with_store().with_fault(hook);
+        assert!(v
+            .issue_batch(&batch(&["g", "h"]))
+            .iter()
+            .all(Result::is_err));
+        assert_eq!(v.with_store_ref(|s| s.count().unwrap()), Some(0));
+    }
+}
