@@ -196,6 +196,26 @@ fn main() {
         assert!(ed.validate(r, &exp, now).is_ok());
     });
 
+    // The Ed25519 floor: sign / verify the JCS payload of one of these receipts alone.
+    let payload = issued[0].signature_payload().unwrap();
+    let sig = keys.sign(payload.as_bytes());
+    measure(
+        &format!("ed25519 sign alone ({} B payload)", payload.len()),
+        || {
+            black_box(keys.sign(black_box(payload.as_bytes())));
+        },
+    );
+    measure(
+        &format!("ed25519 verify alone ({} B payload)", payload.len()),
+        || {
+            use ed25519_dalek::Verifier as _;
+            assert!(keys
+                .public()
+                .verify(black_box(payload.as_bytes()), &sig)
+                .is_ok());
+        },
+    );
+
     // 16-hop chain (17 receipts) full verification.
     let mut chain = EvidenceChain::new(issued[0].clone()).unwrap();
     for h in 1..=16u64 {
