@@ -171,7 +171,7 @@ impl NoncePool {
                 .map_err(|_| EvidenceError::Invalid("OS randomness unavailable".into()))?;
             *pos = 0;
         }
-        let n = hex::encode(&buf[*pos..*pos + 16]);
+        let n = crate::jcs::hex_lower(&buf[*pos..*pos + 16]);
         *pos += 16;
         Ok(n)
     }

@@ -153,7 +153,7 @@ fn hmac_hex(secret: &[u8], msg: &[u8]) -> String {
         return String::new();
     };
     mac.update(msg);
-    hex::encode(&mac.finalize().into_bytes()[..16])
+    crate::jcs::hex_lower(&mac.finalize().into_bytes()[..16])
 }
 
 /// Constant-time check of a 32-hex truncated HMAC-SHA256 tag.
@@ -352,10 +352,10 @@ impl Receipt {
         let l0 = self.signed_bytes();
         self.receipt = hmac_hex(keys.hmac_secret(), l0.as_bytes());
         let payload = self.signature_payload()?;
-        self.signature = hex::encode(keys.sign(payload.as_bytes()).to_bytes());
+        self.signature = crate::jcs::hex_lower(&keys.sign(payload.as_bytes()).to_bytes());
         self.cosignature = next.map(|n| Cosignature {
             signing_key_fingerprint: n.fingerprint(),
-            signature: hex::encode(n.sign(payload.as_bytes()).to_bytes()),
+            signature: crate::jcs::hex_lower(&n.sign(payload.as_bytes()).to_bytes()),
             receipt: Some(hmac_hex(n.hmac_secret(), l0.as_bytes())),
         });
         Ok(())
