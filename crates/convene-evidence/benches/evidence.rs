@@ -2,9 +2,10 @@
 //! 16-hop chain verification and per-rule latency. Run: cargo bench -p convene-evidence
 //! (EVB_ONLY=<substring> measures only the matching rows, e.g. EVB_ONLY=verify for profiling).
 //!
-//! When `python3` can import `ccs_verifier` (pip install ccs-verifier==1.2.0), the same
-//! operations are then measured through benches/python_baseline.py in the same run, right
-//! after ours, and the ratios are printed (EVB_PYTHON=0 skips this).
+//! When `python3` can import `ccs_verifier` (pip install ccs-verifier==1.2.0), issue, verify
+//! and chain are compared with the same operations through benches/python_baseline.py in the
+//! same run: each of our rounds is followed by one Python round, and the ratios of the best
+//! rounds are printed last (EVB_PYTHON=0 skips this).
 
 use base64::Engine;
 use convene_evidence::chain::EvidenceChain;
@@ -36,51 +37,119 @@ fn measure(name: &str, f: impl FnMut()) -> Option<f64> {
 }
 
 /// As [`measure`], for an `f` that performs `per_call` operations.
-fn measure_n(name: &str, per_call: u64, mut f: impl FnMut()) -> Option<f64> {
+fn measure_n(name: &str, per_call: u64, f: impl FnMut()) -> Option<f64> {
+    compare(name, per_call, f, None)
+}
+
+/// One ROUND of `f`: (operations, elapsed).
+fn one_round(per_call: u64, f: &mut impl FnMut()) -> (u64, Duration) {
+    let start = Instant::now();
+    let mut n = 0u64;
+    while start.elapsed() < ROUND {
+        f();
+        n += per_call;
+    }
+    (n, start.elapsed())
+}
+
+/// µs/op of the faster of two (ops, elapsed) rounds.
+fn best_of(a: (u64, Duration), b: (u64, Duration)) -> (u64, Duration) {
+    if b.0 as f64 / b.1.as_secs_f64() > a.0 as f64 / a.1.as_secs_f64() {
+        b
+    } else {
+        a
+    }
+}
+
+/// Best-of-rounds µs/op of `f`; with `py = Some((baseline, op))` each of our rounds is
+/// followed by one round of the same operation in the Python tooling, so both see the same
+/// machine load, and the comparison row is printed.
+fn compare(
+    name: &str,
+    per_call: u64,
+    mut f: impl FnMut(),
+    mut py: Option<(&mut PyBaseline, &str)>,
+) -> Option<f64> {
     if !wants(name) {
         return None;
     }
-    let mut best = (0u64, Duration::from_secs(1));
+    let (mut ours, mut theirs) = ((0, Duration::from_secs(1)), (0, Duration::from_secs(1)));
     for _ in 0..ROUNDS {
-        let start = Instant::now();
-        let mut n = 0u64;
-        while start.elapsed() < ROUND {
-            f();
-            n += per_call;
-        }
-        let el = start.elapsed();
-        if n as f64 / el.as_secs_f64() > best.0 as f64 / best.1.as_secs_f64() {
-            best = (n, el);
+        ours = best_of(ours, one_round(per_call, &mut f));
+        if let Some((p, op)) = py.as_mut() {
+            match p.round(op) {
+                Some(r) => theirs = best_of(theirs, r),
+                None => py = None,
+            }
         }
     }
-    row(name, best.0, best.1);
-    Some(best.1.as_secs_f64() / best.0 as f64 * 1e6)
+    row(name, ours.0, ours.1);
+    let us = ours.1.as_secs_f64() / ours.0 as f64 * 1e6;
+    if py.is_some() && theirs.0 > 0 {
+        let p = theirs.1.as_secs_f64() / theirs.0 as f64 * 1e6;
+        COMPARED.with(|c| c.borrow_mut().push((name.to_string(), us, p)));
+    }
+    Some(us)
 }
 
-/// µs/op per row name from the Python baseline's table, if the tooling is installed.
-fn python_baseline() -> Option<Vec<(String, f64)>> {
-    if std::env::var("EVB_PYTHON").is_ok_and(|v| v == "0") {
-        return None;
+thread_local! {
+    /// (row, our µs/op, Python µs/op) of the interleaved comparisons, for the final table.
+    static COMPARED: std::cell::RefCell<Vec<(String, f64, f64)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// benches/python_baseline.py --serve: one round of an operation per request.
+struct PyBaseline {
+    child: std::process::Child,
+    out: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl PyBaseline {
+    /// Start it if python3 can import ccs_verifier (EVB_PYTHON=0 disables).
+    fn start() -> Option<Self> {
+        use std::io::BufRead;
+        use std::process::{Command, Stdio};
+        if std::env::var("EVB_PYTHON").is_ok_and(|v| v == "0") {
+            return None;
+        }
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/python_baseline.py");
+        let mut child = Command::new("python3")
+            .args([script, "--serve"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .ok()?;
+        let mut out = std::io::BufReader::new(child.stdout.take()?);
+        let mut line = String::new();
+        if out.read_line(&mut line).ok()? == 0 || line.trim() != "ready" {
+            println!("(python baseline unavailable: pip install ccs-verifier==1.2.0)");
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        Some(Self { child, out })
     }
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/python_baseline.py");
-    let out = std::process::Command::new("python3")
-        .arg(script)
-        .output()
-        .ok()?;
-    if !out.status.success() {
-        println!("(python baseline unavailable: pip install ccs-verifier==1.2.0)");
-        return None;
+
+    /// One Python round of `op`: (operations, elapsed).
+    fn round(&mut self, op: &str) -> Option<(u64, Duration)> {
+        use std::io::{BufRead, Write};
+        let stdin = self.child.stdin.as_mut()?;
+        writeln!(stdin, "{op}").ok()?;
+        stdin.flush().ok()?;
+        let mut line = String::new();
+        self.out.read_line(&mut line).ok()?;
+        let mut it = line.split_whitespace();
+        let n = it.next()?.parse().ok()?;
+        let secs: f64 = it.next()?.parse().ok()?;
+        Some((n, Duration::from_secs_f64(secs)))
     }
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    println!("\nccs-verifier 1.2.0 (Python), same run:\n{text}");
-    Some(
-        text.lines()
-            .filter_map(|l| {
-                let c: Vec<&str> = l.split('|').map(str::trim).collect();
-                Some((c.get(1)?.to_string(), c.get(3)?.parse().ok()?))
-            })
-            .collect(),
-    )
+}
+
+impl Drop for PyBaseline {
+    fn drop(&mut self) {
+        drop(self.child.stdin.take());
+        let _ = self.child.wait();
+    }
 }
 
 fn intake(n: u64) -> Value {
@@ -100,20 +169,24 @@ fn row(name: &str, ops: u64, el: Duration) {
 }
 
 fn main() {
+    // Started first: it prepares its receipts before any of our rounds run.
+    let mut py = PyBaseline::start();
     let keys = KeyMaterial::generate(None);
     let v = Verifier::new(VerifierSettings::default(), keys.clone(), default_rules()).unwrap();
     println!("| operation                                    |      ops/s   |  us/op     |");
     println!("|----------------------------------------------|--------------|------------|");
 
     // Issuance: intake + 3 rules + bindings + HMAC + Ed25519 (no storage).
-    // (our row, the Python row it is compared with, our µs/op)
-    let mut ours: Vec<(&str, &str, Option<f64>)> = Vec::new();
     let mut n = 0u64;
-    let t = measure("issue (3 rules, HMAC+Ed25519)", || {
-        black_box(v.issue(&intake(n)).unwrap());
-        n += 1;
-    });
-    ours.push(("issue (3 rules, HMAC+Ed25519)", "issue", t));
+    compare(
+        "issue (3 rules, HMAC+Ed25519)",
+        1,
+        || {
+            black_box(v.issue(&intake(n)).unwrap());
+            n += 1;
+        },
+        py.as_mut().map(|p| (p, "issue")),
+    );
 
     // Issuance persisted to an in-memory evidence store.
     let vs = Verifier::new(VerifierSettings::default(), keys.clone(), default_rules())
@@ -171,11 +244,15 @@ fn main() {
         .collect();
     let now = pool[0].issued_at + 1.0;
     let mut it = pool.iter();
-    let t = measure(verify_row, || {
-        let r = it.next().expect("receipt pool exhausted");
-        assert!(e.validate(r, &exp, now).is_ok());
-    });
-    ours.push((verify_row, "verify", t));
+    compare(
+        verify_row,
+        1,
+        || {
+            let r = it.next().expect("receipt pool exhausted");
+            assert!(e.validate(r, &exp, now).is_ok());
+        },
+        py.as_mut().map(|p| (p, "verify")),
+    );
     let issued = pool;
 
     // The same with the durable replay cache (file, synchronous=FULL): one fsync per receipt.
@@ -225,10 +302,14 @@ fn main() {
                                         "parent_trace_id": prev.trace_id});
         chain.append(v.issue(&i).unwrap().receipt).unwrap();
     }
-    let t = measure("chain verify full (16 hops, 17 receipts)", || {
-        assert!(chain.verify_full(&ts, None).chain_valid);
-    });
-    ours.push(("chain verify full (16 hops)", "chain", t));
+    compare(
+        "chain verify full (16 hops, 17 receipts)",
+        1,
+        || {
+            assert!(chain.verify_full(&ts, None).chain_valid);
+        },
+        py.as_mut().map(|p| (p, "chain")),
+    );
 
     // Per-rule latency.
     let man = Manifest::build("bench", &keys, ChallengePolicy::default(), 0, 10).unwrap();
@@ -266,18 +347,17 @@ fn main() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 
-    // The Python tooling, measured right after ours on the same machine state.
-    if ours.iter().all(|(_, _, t)| t.is_none()) {
+    // Ratios of the interleaved rounds above (ours, then Python, round after round).
+    drop(py);
+    let compared = COMPARED.with(|c| c.borrow().clone());
+    if compared.is_empty() {
         return;
     }
-    let Some(py) = python_baseline() else { return };
-    println!("| operation (same run)                         | convene us | python us |  ratio | target |");
+    println!("\nSame run, rounds alternated with ccs-verifier 1.2.0 (Python), best round of each:");
+    println!("| operation                                    | convene us | python us |  ratio | target |");
     println!("|----------------------------------------------|------------|-----------|--------|--------|");
-    for (name, py_name, t) in ours {
-        let (Some(t), Some((_, p))) = (t, py.iter().find(|(n, _)| n.starts_with(py_name))) else {
-            continue;
-        };
-        let target = match name {
+    for (name, us, p) in compared {
+        let target = match name.as_str() {
             n if n.starts_with("issue") => ">= 20x",
             n if n.starts_with("verify") => ">= 5x",
             _ => "",
@@ -285,9 +365,9 @@ fn main() {
         println!(
             "| {:<44} | {:>10.2} | {:>9.2} | {:>5.1}x | {:>6} |",
             name,
-            t,
+            us,
             p,
-            p / t,
+            p / us,
             target
         );
     }
