@@ -263,7 +263,7 @@ fn main() {
     )
     .with_hmac_secret(&v.settings().issuer, keys.hmac_secret());
     let durable_row = "verify + durable replay (file, sync=FULL)";
-    let durable_n = if wants(durable_row) { 5_000u64 } else { 0 };
+    let durable_n = if wants(durable_row) { 20_000u64 } else { 0 };
     let durable: Vec<Receipt> = (0..durable_n)
         .map(|i| v.issue(&intake(20_000_000 + i)).unwrap().receipt)
         .collect();
