@@ -1,6 +1,6 @@
 //! Command line: `convene evidence ...` and `convene verifier serve`.
 //!
-//! Exit codes: 0 ok / allow / valid; 1 rejected / invalid; 2 usage;
+//! Exit codes: 0 ok / allow / valid; 1 rejected / invalid / rotation step refused; 2 usage;
 //! 3 receipt issued with verdict deny or escalate; 4 intake error (no receipt); 5 internal error.
 
 use crate::chain::{CrossOrg, Envelope, EvidenceChain};
