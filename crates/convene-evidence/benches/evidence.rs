@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 /// Each operation runs ROUNDS rounds of ROUND; the best round is reported, because the
 /// shared machine's noise only ever makes a round slower.
 const ROUND: Duration = Duration::from_millis(300);
-const ROUNDS: usize = 5;
+const ROUNDS: usize = 8;
 
 /// Whether the row `name` is measured in this run (EVB_ONLY filter).
 fn wants(name: &str) -> bool {
@@ -246,7 +246,7 @@ fn main() {
     };
     // Receipts are prepared only for rows that run, so profiles of one row stay clean.
     let verify_row = "verify (six steps, HMAC, in-memory replay)";
-    let pool_n = if wants(verify_row) { 60_000u64 } else { 1 };
+    let pool_n = if wants(verify_row) { 100_000u64 } else { 1 };
     let pool: Vec<Receipt> = (0..pool_n)
         .map(|i| v.issue(&intake(10_000_000 + i)).unwrap().receipt)
         .collect();

@@ -69,7 +69,7 @@ def main() -> None:
     if not serve:
         measure("issue (3 rules, HMAC+Ed25519)", issue)
 
-    receipts = [issue() for _ in range(12000)]
+    receipts = [issue() for _ in range(16000)]
     audience = receipts[0]["audience"]
     seen: set[tuple[str, str]] = set()
     digest = compute_args_digest(PARAMS)
