@@ -170,3 +170,13 @@ def test_announce_dual_sign_cutover_retire(tmp_path):
     assert done["phase"] is None and done["fingerprint"] == new["fingerprint"]
     assert "previous" not in done
     assert out("rotate", "status", "--key", str(key))["phase"] is None
+
+    # Consumer side: retiring the old key in a trust file ends its acceptance.
+    assert verify(tmp_path, overlap, *only_old).returncode == 0
+    ev("trust", "retire", "--trust", only_old[1], "--fingerprint", old["fingerprint"])
+    assert verify(tmp_path, overlap, *only_old).returncode == 1
+    assert out("trust", "retire", "--trust", only_old[1], "--fingerprint", "0" * 16, check=1)["changed"] is False
+    # Revocation is final: a revoked key cannot be retired (and so never re-enrolled).
+    ev("trust", "revoke", "--trust", only_new[1], "--fingerprint", new["fingerprint"])
+    assert out("trust", "retire", "--trust", only_new[1], "--fingerprint", new["fingerprint"], check=1)["changed"] is False
+    assert json.loads(Path(only_new[1]).read_text())["keys"][new["fingerprint"]]["state"] == "revoked"

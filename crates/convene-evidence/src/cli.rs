@@ -45,7 +45,7 @@ const USAGE: &str = "usage:
   evidence verify --receipt R.json (--key KEY.json | --trust TRUST.json) --audience URI
                   (--intake IN.json | --tool T --params P.json) [--replay-db DB] [--now T]
   evidence trust enroll --trust TRUST.json --issuer URI --public-key B64 --fingerprint FP
-  evidence trust revoke --trust TRUST.json --fingerprint FP
+  evidence trust revoke|retire --trust TRUST.json --fingerprint FP
   evidence chain build --out C.json RECEIPT_OR_BUNDLE...
   evidence chain verify --chain C.json (--key KEY.json | --trust TRUST.json) [--issuer URI]
                         [--mode full|spot] [--hop N] [--now T]
@@ -203,6 +203,7 @@ fn evidence(a: &[String]) -> Result<i32, Fail> {
                 ("chain", "prune") => chain_prune(&args),
                 ("trust", "enroll") => trust_enroll(&args),
                 ("trust", "revoke") => trust_revoke(&args),
+                ("trust", "retire") => trust_retire(&args),
                 ("envelope", "wrap") => envelope_wrap(&args),
                 ("envelope", "verify") => envelope_verify(&args),
                 ("rotate", step) => rotate::run(step, &args),
@@ -434,9 +435,25 @@ fn trust_enroll(a: &Args) -> Result<i32, Fail> {
 }
 
 fn trust_revoke(a: &Args) -> Result<i32, Fail> {
+    trust_update(a, TrustStore::revoke)
+}
+
+fn trust_retire(a: &Args) -> Result<i32, Fail> {
+    trust_update(a, TrustStore::retire)
+}
+
+/// Apply one state change to the key `--fingerprint` of the trust file `--trust`.
+fn trust_update(
+    a: &Args,
+    change: fn(&mut TrustStore, &str) -> Result<(), EvidenceError>,
+) -> Result<i32, Fail> {
     let p = a.req("trust")?;
     let mut ts: TrustStore = serde_json::from_value(read_json(p)?)?;
-    ts.revoke(a.req("fingerprint")?)?;
+    if let Err(e) = change(&mut ts, a.req("fingerprint")?) {
+        // An unknown or revoked fingerprint: nothing is written.
+        write_out(None, &json!({"changed": false, "reason": e.to_string()}))?;
+        return Ok(EXIT_REJECTED);
+    }
     write_out(Some(p), &serde_json::to_value(&ts)?)?;
     Ok(EXIT_OK)
 }

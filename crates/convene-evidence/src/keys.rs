@@ -282,10 +282,7 @@ impl TrustStore {
                 "overlap window must be >= 2x max receipt lifetime".into(),
             ));
         }
-        let k = self
-            .keys
-            .get_mut(old_fp)
-            .ok_or_else(|| EvidenceError::Key("unknown key".into()))?;
+        let k = self.unrevoked(old_fp)?;
         k.state = KeyState::Retiring;
         k.retire_after = Some(cutover_at);
         Ok(())
@@ -293,12 +290,21 @@ impl TrustStore {
 
     /// Phase 4 (retire): the old key is no longer accepted at all.
     pub fn retire(&mut self, fp: &str) -> Result<(), EvidenceError> {
+        self.unrevoked(fp)?.state = KeyState::Retired;
+        Ok(())
+    }
+
+    /// An enrolled key that may still change phase: revocation is final, so a revoked
+    /// key can never be made Retiring (usable again) or Retired (re-enrollable).
+    fn unrevoked(&mut self, fp: &str) -> Result<&mut EnrolledKey, EvidenceError> {
         let k = self
             .keys
             .get_mut(fp)
             .ok_or_else(|| EvidenceError::Key("unknown key".into()))?;
-        k.state = KeyState::Retired;
-        Ok(())
+        if k.state == KeyState::Revoked {
+            return Err(EvidenceError::Key("key was revoked".into()));
+        }
+        Ok(k)
     }
 
     /// Revoke a compromised trust anchor (§14); it can never be re-enrolled.
@@ -451,6 +457,11 @@ mod tests {
         ts.retire(&old.fingerprint()).unwrap();
         assert!(ts.key_for("i", &old.fingerprint(), 99.0).is_none());
         ts.revoke(&new.fingerprint()).unwrap();
+        assert!(ts.key_for("i", &new.fingerprint(), 10.0).is_none());
+        // Revocation is final: no later phase change brings the key back.
+        assert!(ts.retire(&new.fingerprint()).is_err());
+        assert!(ts.cutover(&new.fingerprint(), 100.0, 120.0, 60.0).is_err());
+        assert!(ts.activate(&new.fingerprint()).is_err());
         assert!(ts.key_for("i", &new.fingerprint(), 10.0).is_none());
         assert!(!ts.has_anchor(&new.fingerprint()));
         assert!(ts
