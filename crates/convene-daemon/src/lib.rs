@@ -177,24 +177,8 @@ pub async fn start(cfg: Config) -> Result<Running, DaemonError> {
     // We hold the home lock, so a socket file left behind is stale.
     let sock = home.socket();
     let _ = std::fs::remove_file(&sock);
-    let ul = UnixListener::bind(&sock)
-        .map_err(|e| DaemonError::Listen(sock.display().to_string(), e))?;
-    let d = daemon.clone();
-    listen::unix(&daemon, ul, "ipc", move |s, t| {
-        ipc::serve_conn(d.clone(), s, t)
-    });
-    let mut tcp = None;
-    if let Some(addr) = &cfg.tcp {
-        let tl = TcpListener::bind(addr)
-            .await
-            .map_err(|e| DaemonError::Listen(addr.clone(), e))?;
-        tcp = tl.local_addr().ok();
-        let d = daemon.clone();
-        listen::tcp(&daemon, tl, cfg.tcp_require_key, "ipc", move |s, t| {
-            ipc::serve_conn(d.clone(), s, t)
-        });
-    }
-    // The Cowchat face: `<home>/daemon/cowchat.sock`, and TCP when asked.
+    // The Cowchat face: `<home>/daemon/cowchat.sock`, and TCP when asked. Bound before the
+    // IPC socket: clients (and tests) take a live IPC socket to mean every face is up.
     let cowchat_socket = sock.with_file_name("cowchat.sock");
     let _ = std::fs::remove_file(&cowchat_socket);
     let cl = UnixListener::bind(&cowchat_socket)
@@ -211,6 +195,24 @@ pub async fn start(cfg: Config) -> Result<Running, DaemonError> {
         cowchat_tcp = tl.local_addr().ok();
         listen::tcp(&daemon, tl, cfg.tcp_require_key, "cowchat", move |s, t| {
             cowchat::serve(face.clone(), s, t)
+        });
+    }
+    // The IPC face last.
+    let ul = UnixListener::bind(&sock)
+        .map_err(|e| DaemonError::Listen(sock.display().to_string(), e))?;
+    let d = daemon.clone();
+    listen::unix(&daemon, ul, "ipc", move |s, t| {
+        ipc::serve_conn(d.clone(), s, t)
+    });
+    let mut tcp = None;
+    if let Some(addr) = &cfg.tcp {
+        let tl = TcpListener::bind(addr)
+            .await
+            .map_err(|e| DaemonError::Listen(addr.clone(), e))?;
+        tcp = tl.local_addr().ok();
+        let d = daemon.clone();
+        listen::tcp(&daemon, tl, cfg.tcp_require_key, "ipc", move |s, t| {
+            ipc::serve_conn(d.clone(), s, t)
         });
     }
     home.write_addr(&json!({
