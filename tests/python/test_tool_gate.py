@@ -56,3 +56,34 @@ def test_gate_is_fail_closed_on_bad_intake(client, group):
         client.call("tool_gate", {"group_id": group, "intake": {"intake_version": "9.9", "tool": "x"}})
     assert ei.value.code == "invalid_request" and ei.value.details["reason"] == "evidence_intake_failed"
     assert client.call("ledger_tail", {"group_id": group, "limit": 1})["head_seq"] == head
+
+
+def test_gate_dual_signs_after_a_rotation_is_announced_on_its_key(client, group, daemon, tmp_path):
+    key = daemon.home / "evidence" / "key.json"
+    old = json.loads(key.read_text())
+    a = subprocess.run([convene_bin(), "evidence", "rotate", "announce", "--key", str(key), "--ttl", "60"],
+                       capture_output=True, text=True)
+    assert a.returncode == 0, a.stdout + a.stderr
+    new = json.loads(a.stdout)["next"]
+    # The daemon reads the key file at start: after a restart every receipt is dual-signed.
+    daemon.stop()
+    daemon.start()
+    ok = client.call("tool_gate", {"group_id": group, "intake": intake("http_get", {"url": "https://example.com/r"}, "t-r")})
+    assert ok["permitted"] is True
+    rc = ok["receipt"]
+    assert rc["cosignature"]["signing_key_fingerprint"] == new["fingerprint"]
+    r = tmp_path / "r.json"
+    r.write_text(json.dumps(rc))
+    params = _params(tmp_path, {"url": "https://example.com/r"})
+    # A consumer that pinned only the incoming key accepts it.
+    trust = tmp_path / "trust.json"
+    enroll = subprocess.run([convene_bin(), "evidence", "trust", "enroll", "--trust", str(trust), "--issuer", rc["issuer"],
+                             "--public-key", new["public_key"], "--fingerprint", new["fingerprint"]],
+                            capture_output=True, text=True)
+    assert enroll.returncode == 0, enroll.stdout + enroll.stderr
+    for pin in (["--trust", str(trust)], ["--key", str(key)]):
+        p = subprocess.run([convene_bin(), "evidence", "verify", "--receipt", str(r), *pin,
+                            "--audience", rc["audience"], "--tool", "http_get", "--params", str(params)],
+                           capture_output=True, text=True)
+        assert p.returncode == 0, p.stdout + p.stderr
+    assert json.loads(key.read_text())["fingerprint"] == old["fingerprint"]

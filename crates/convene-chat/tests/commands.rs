@@ -442,7 +442,6 @@ fn presence_rename_and_destroy() {
 }
 
 #[test]
-#[ignore = "needs server votes (create_vote/cast_vote/get_vote_status/list_votes), not on main yet"]
 fn sealed_vote_through_the_cli() {
     let d = Daemon::start();
     create_room(&d, "alice", "ballot", &["--public"]);
@@ -476,7 +475,6 @@ fn sealed_vote_through_the_cli() {
 }
 
 #[test]
-#[ignore = "needs server elections and decisions (elect_leader/decline_election/decision), not on main yet"]
 fn election_and_leader_only_decision() {
     let d = Daemon::start();
     create_room(&d, "alice", "lead", &[]);

@@ -50,6 +50,20 @@ enum Cmd {
         cowchat_ws: Option<String>,
         #[command(flatten)]
         cowchat: CowchatLimits,
+        /// TEST ONLY: let Cowchat webhooks reach loopback and private addresses (disables
+        /// the SSRF guard). Never use on a daemon reachable by untrusted clients.
+        #[arg(long)]
+        cowchat_webhooks_allow_local: bool,
+        /// TEST ONLY: the webhook retry schedule's unit in milliseconds (retries at
+        /// +1, +4, +16, +64, +256 units; default 1000).
+        #[arg(long, env = "CONVENE_WEBHOOK_RETRY_SCALE_MS", hide = true)]
+        cowchat_webhooks_retry_unit_ms: Option<u64>,
+        /// TEST ONLY: also trust the PEM CA certificates in this file for https webhooks.
+        #[arg(long, hide = true)]
+        cowchat_webhooks_ca_file: Option<PathBuf>,
+        /// TEST ONLY: one webhook attempt's deadline in milliseconds (default 10000).
+        #[arg(long, hide = true)]
+        cowchat_webhooks_timeout_ms: Option<u64>,
     },
     /// API keys: the daemon key and extra per-principal keys (Cowchat visibility and limits).
     #[command(subcommand)]
@@ -194,6 +208,10 @@ fn main() -> Result<()> {
             cowchat_tcp,
             cowchat_ws,
             cowchat: l,
+            cowchat_webhooks_allow_local,
+            cowchat_webhooks_retry_unit_ms,
+            cowchat_webhooks_ca_file,
+            cowchat_webhooks_timeout_ms,
         } => {
             let mut cfg = convene_daemon::Config::new(home);
             cfg.cowchat_limits = convene_daemon::cowchat::Limits {
@@ -207,6 +225,14 @@ fn main() -> Result<()> {
             cfg.tcp_require_key = require_key;
             cfg.cowchat_tcp = cowchat_tcp;
             cfg.cowchat_ws = cowchat_ws;
+            cfg.cowchat_webhooks.allow_local = cowchat_webhooks_allow_local;
+            cfg.cowchat_webhooks.extra_ca = cowchat_webhooks_ca_file;
+            if let Some(ms) = cowchat_webhooks_timeout_ms {
+                cfg.cowchat_webhooks.timeout = Duration::from_millis(ms.max(1));
+            }
+            if let Some(ms) = cowchat_webhooks_retry_unit_ms {
+                cfg.cowchat_webhooks.retry_unit = Duration::from_millis(ms.max(1));
+            }
             cfg.heartbeat = Duration::from_millis(heartbeat_ms.max(10));
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

@@ -20,10 +20,12 @@ pub fn open(dir: &Path) -> Result<Verifier, CoreError> {
     };
     std::fs::create_dir_all(dir).map_err(|e| fail("dir", &e))?;
     let key_path = dir.join("key.json");
-    let keys = match std::fs::read_to_string(&key_path) {
+    // A rotation in progress (`convene evidence rotate`) lives in the key file: during its
+    // dual-sign phase the gate cosigns with the incoming key.
+    let (keys, next) = match std::fs::read_to_string(&key_path) {
         Ok(text) => {
             let f: KeyFile = serde_json::from_str(&text).map_err(|e| fail("key file", &e))?;
-            KeyMaterial::from_file(&f).map_err(|e| fail("key file", &e))?
+            convene_evidence::rotation::signing_keys(&f).map_err(|e| fail("key file", &e))?
         }
         Err(_) => {
             let k = KeyMaterial::generate(None);
@@ -38,7 +40,7 @@ pub fn open(dir: &Path) -> Result<Verifier, CoreError> {
             f.write_all(&body)
                 .and_then(|_| f.sync_all())
                 .map_err(|e| fail("key file", &e))?;
-            k
+            (k, None)
         }
     };
     let store = EvidenceStore::open(&dir.join("receipts.sqlite")).map_err(|e| fail("store", &e))?;
@@ -47,6 +49,10 @@ pub fn open(dir: &Path) -> Result<Verifier, CoreError> {
         keys,
         convene_evidence::rules::default_rules(),
     )
+    .and_then(|v| match next {
+        Some((n, since)) => v.with_next_key_since(n, since),
+        None => Ok(v),
+    })
     .and_then(|v| v.with_store(store))
     .map_err(|e| fail("verifier", &e))
 }

@@ -50,6 +50,8 @@ pub struct Config {
     pub cowchat_tcp: Option<String>,
     /// Also serve Cowchat v2 over WebSocket (`ws://ADDR/ws`) on this TCP address.
     pub cowchat_ws: Option<String>,
+    /// Cowchat webhook delivery settings.
+    pub cowchat_webhooks: cowchat::webhooks::Options,
     /// Per-key limits of the Cowchat face.
     pub cowchat_limits: cowchat::Limits,
     /// Cowchat reconnect window.
@@ -69,6 +71,7 @@ impl Config {
             max_request_bytes: convene_ipc::MAX_REQUEST_BYTES,
             cowchat_tcp: None,
             cowchat_ws: None,
+            cowchat_webhooks: cowchat::webhooks::Options::default(),
             cowchat_limits: cowchat::Limits::default(),
             cowchat_reconnect: cowchat::RECONNECT_WINDOW,
         }
@@ -87,6 +90,9 @@ pub enum DaemonError {
     /// A listener could not be bound.
     #[error("listen {0}: {1}")]
     Listen(String, std::io::Error),
+    /// The Cowchat webhook store could not be opened.
+    #[error(transparent)]
+    Webhooks(#[from] cowchat::webhooks::HookError),
 }
 
 /// Shared state every face uses.
@@ -170,27 +176,15 @@ pub async fn start(cfg: Config) -> Result<Running, DaemonError> {
         },
     )
     .await;
+    cowchat::webhooks::attach(
+        &face,
+        cowchat::webhooks::start(daemon.clone(), &home.root, cfg.cowchat_webhooks.clone())?,
+    );
     // We hold the home lock, so a socket file left behind is stale.
     let sock = home.socket();
     let _ = std::fs::remove_file(&sock);
-    let ul = UnixListener::bind(&sock)
-        .map_err(|e| DaemonError::Listen(sock.display().to_string(), e))?;
-    let d = daemon.clone();
-    listen::unix(&daemon, ul, "ipc", move |s, t| {
-        ipc::serve_conn(d.clone(), s, t)
-    });
-    let mut tcp = None;
-    if let Some(addr) = &cfg.tcp {
-        let tl = TcpListener::bind(addr)
-            .await
-            .map_err(|e| DaemonError::Listen(addr.clone(), e))?;
-        tcp = tl.local_addr().ok();
-        let d = daemon.clone();
-        listen::tcp(&daemon, tl, cfg.tcp_require_key, "ipc", move |s, t| {
-            ipc::serve_conn(d.clone(), s, t)
-        });
-    }
-    // The Cowchat face: `<home>/daemon/cowchat.sock`, and TCP when asked.
+    // The Cowchat face: `<home>/daemon/cowchat.sock`, and TCP when asked. Bound before the
+    // IPC socket: clients (and tests) take a live IPC socket to mean every face is up.
     let cowchat_socket = sock.with_file_name("cowchat.sock");
     let _ = std::fs::remove_file(&cowchat_socket);
     let cl = UnixListener::bind(&cowchat_socket)
@@ -234,6 +228,24 @@ pub async fn start(cfg: Config) -> Result<Running, DaemonError> {
             "ws": cowchat_ws.map(|a| format!("ws://{a}{}", ws::PATH)),
         }),
     )?;
+    // The IPC face last.
+    let ul = UnixListener::bind(&sock)
+        .map_err(|e| DaemonError::Listen(sock.display().to_string(), e))?;
+    let d = daemon.clone();
+    listen::unix(&daemon, ul, "ipc", move |s, t| {
+        ipc::serve_conn(d.clone(), s, t)
+    });
+    let mut tcp = None;
+    if let Some(addr) = &cfg.tcp {
+        let tl = TcpListener::bind(addr)
+            .await
+            .map_err(|e| DaemonError::Listen(addr.clone(), e))?;
+        tcp = tl.local_addr().ok();
+        let d = daemon.clone();
+        listen::tcp(&daemon, tl, cfg.tcp_require_key, "ipc", move |s, t| {
+            ipc::serve_conn(d.clone(), s, t)
+        });
+    }
     home.write_addr(&json!({
         "v": 1, "transport": "unix", "path": sock.display().to_string(), "host": "", "port": 0,
         "tcp": tcp.map(|a| a.to_string()),

@@ -1,6 +1,11 @@
 //! Throughput benchmark (plain std::time): issuance, six-step verification,
 //! 16-hop chain verification and per-rule latency. Run: cargo bench -p convene-evidence
 //! (EVB_ONLY=<substring> measures only the matching rows, e.g. EVB_ONLY=verify for profiling).
+//!
+//! When `python3` can import `ccs_verifier` (pip install ccs-verifier==1.2.0), issue, verify
+//! and chain are compared with the same operations through benches/python_baseline.py in the
+//! same run: each of our rounds is followed by one Python round, and the ratios of the best
+//! rounds are printed last (EVB_PYTHON=0 skips this).
 
 use base64::Engine;
 use convene_evidence::chain::EvidenceChain;
@@ -19,27 +24,139 @@ use std::time::{Duration, Instant};
 /// Each operation runs ROUNDS rounds of ROUND; the best round is reported, because the
 /// shared machine's noise only ever makes a round slower.
 const ROUND: Duration = Duration::from_millis(300);
-const ROUNDS: usize = 5;
+const ROUNDS: usize = 8;
 
-/// Best-of-rounds throughput of `f` (each call is one operation).
-fn measure(name: &str, mut f: impl FnMut()) {
-    if std::env::var("EVB_ONLY").is_ok_and(|o| !name.contains(&o)) {
-        return;
+/// Whether the row `name` is measured in this run (EVB_ONLY filter).
+fn wants(name: &str) -> bool {
+    !std::env::var("EVB_ONLY").is_ok_and(|o| !name.contains(&o))
+}
+
+/// Best-of-rounds throughput of `f` (each call is one operation); returns µs/op.
+fn measure(name: &str, f: impl FnMut()) -> Option<f64> {
+    measure_n(name, 1, f)
+}
+
+/// As [`measure`], for an `f` that performs `per_call` operations.
+fn measure_n(name: &str, per_call: u64, f: impl FnMut()) -> Option<f64> {
+    compare(name, per_call, f, None)
+}
+
+/// One ROUND of `f`: (operations, elapsed).
+fn one_round(per_call: u64, f: &mut impl FnMut()) -> (u64, Duration) {
+    let start = Instant::now();
+    let mut n = 0u64;
+    while start.elapsed() < ROUND {
+        f();
+        n += per_call;
     }
-    let mut best = (0u64, Duration::from_secs(1));
+    (n, start.elapsed())
+}
+
+/// µs/op of the faster of two (ops, elapsed) rounds.
+fn best_of(a: (u64, Duration), b: (u64, Duration)) -> (u64, Duration) {
+    if b.0 as f64 / b.1.as_secs_f64() > a.0 as f64 / a.1.as_secs_f64() {
+        b
+    } else {
+        a
+    }
+}
+
+/// Best-of-rounds µs/op of `f`; with `py = Some((baseline, op))` each of our rounds is
+/// followed by one round of the same operation in the Python tooling, so both see the same
+/// machine load, and the comparison row is printed.
+fn compare(
+    name: &str,
+    per_call: u64,
+    mut f: impl FnMut(),
+    mut py: Option<(&mut PyBaseline, &str)>,
+) -> Option<f64> {
+    if !wants(name) {
+        return None;
+    }
+    let (mut ours, mut theirs) = ((0, Duration::from_secs(1)), (0, Duration::from_secs(1)));
     for _ in 0..ROUNDS {
-        let start = Instant::now();
-        let mut n = 0u64;
-        while start.elapsed() < ROUND {
-            f();
-            n += 1;
-        }
-        let el = start.elapsed();
-        if n as f64 / el.as_secs_f64() > best.0 as f64 / best.1.as_secs_f64() {
-            best = (n, el);
+        ours = best_of(ours, one_round(per_call, &mut f));
+        if let Some((p, op)) = py.as_mut() {
+            match p.round(op) {
+                Some(r) => theirs = best_of(theirs, r),
+                None => py = None,
+            }
         }
     }
-    row(name, best.0, best.1);
+    row(name, ours.0, ours.1);
+    let us = ours.1.as_secs_f64() / ours.0 as f64 * 1e6;
+    if py.is_some() && theirs.0 > 0 {
+        let p = theirs.1.as_secs_f64() / theirs.0 as f64 * 1e6;
+        COMPARED.with(|c| c.borrow_mut().push((name.to_string(), us, p)));
+    }
+    Some(us)
+}
+
+thread_local! {
+    /// (row, our µs/op, Python µs/op) of the interleaved comparisons, for the final table.
+    static COMPARED: std::cell::RefCell<Vec<(String, f64, f64)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// benches/python_baseline.py --serve: one round of an operation per request.
+struct PyBaseline {
+    child: std::process::Child,
+    out: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl PyBaseline {
+    /// Start it if python3 can import ccs_verifier (EVB_PYTHON=0 disables).
+    fn start() -> Option<Self> {
+        use std::io::BufRead;
+        use std::process::{Command, Stdio};
+        if std::env::var("EVB_PYTHON").is_ok_and(|v| v == "0") {
+            return None;
+        }
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/python_baseline.py");
+        let mut child = Command::new("python3")
+            .args([script, "--serve"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .ok()?;
+        let mut out = std::io::BufReader::new(child.stdout.take()?);
+        let mut line = String::new();
+        if out.read_line(&mut line).ok()? == 0 || line.trim() != "ready" {
+            println!("(python baseline unavailable: pip install ccs-verifier==1.2.0)");
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        Some(Self { child, out })
+    }
+
+    /// One Python round of `op`: (operations, elapsed).
+    fn round(&mut self, op: &str) -> Option<(u64, Duration)> {
+        use std::io::{BufRead, Write};
+        let stdin = self.child.stdin.as_mut()?;
+        writeln!(stdin, "{op}").ok()?;
+        stdin.flush().ok()?;
+        let mut line = String::new();
+        self.out.read_line(&mut line).ok()?;
+        let mut it = line.split_whitespace();
+        let n = it.next()?.parse().ok()?;
+        let secs: f64 = it.next()?.parse().ok()?;
+        Some((n, Duration::from_secs_f64(secs)))
+    }
+}
+
+impl Drop for PyBaseline {
+    fn drop(&mut self) {
+        drop(self.child.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
+/// Point `tmpl` (an intake) at a new trace id: like the Python baseline, which builds a
+/// `Command` per call around one shared params dict and a fresh trace-id string.
+fn retrace(tmpl: &mut Value, n: u64) -> &Value {
+    tmpl["trace_id"] = Value::String(format!("{n:016x}"));
+    tmpl
 }
 
 fn intake(n: u64) -> Value {
@@ -59,17 +176,25 @@ fn row(name: &str, ops: u64, el: Duration) {
 }
 
 fn main() {
+    // Started first: it prepares its receipts before any of our rounds run.
+    let mut py = PyBaseline::start();
     let keys = KeyMaterial::generate(None);
     let v = Verifier::new(VerifierSettings::default(), keys.clone(), default_rules()).unwrap();
     println!("| operation                                    |      ops/s   |  us/op     |");
     println!("|----------------------------------------------|--------------|------------|");
 
     // Issuance: intake + 3 rules + bindings + HMAC + Ed25519 (no storage).
+    let mut tmpl = intake(0);
     let mut n = 0u64;
-    measure("issue (3 rules, HMAC+Ed25519)", || {
-        black_box(v.issue(&intake(n)).unwrap());
-        n += 1;
-    });
+    compare(
+        "issue (3 rules, HMAC+Ed25519)",
+        1,
+        || {
+            black_box(v.issue(retrace(&mut tmpl, n)).unwrap());
+            n += 1;
+        },
+        py.as_mut().map(|p| (p, "issue")),
+    );
 
     // Issuance persisted to an in-memory evidence store.
     let vs = Verifier::new(VerifierSettings::default(), keys.clone(), default_rules())
@@ -78,7 +203,7 @@ fn main() {
         .unwrap();
     let mut m = 0u64;
     measure("issue + append to store (in-memory SQLite)", || {
-        black_box(vs.issue(&intake(m)).unwrap());
+        black_box(vs.issue(retrace(&mut tmpl, m)).unwrap());
         m += 1;
     });
 
@@ -91,8 +216,16 @@ fn main() {
         .unwrap();
     let mut d = 0u64;
     measure("issue + durable append (file, sync=FULL)", || {
-        black_box(vd.issue(&intake(d)).unwrap());
+        black_box(vd.issue(retrace(&mut tmpl, d)).unwrap());
         d += 1;
+    });
+
+    // The same, 8 intakes per call (one agent turn's parallel tool calls): one commit.
+    let mut b = 0u64;
+    measure_n("issue batch of 8 + durable append (per rcpt)", 8, || {
+        let batch: Vec<Value> = (0..8).map(|i| intake(50_000_000 + b * 8 + i)).collect();
+        assert!(vd.issue_batch(&batch).iter().all(Result::is_ok));
+        b += 1;
     });
 
     // Six-step verification (in-memory replay cache); every receipt is fresh.
@@ -111,16 +244,62 @@ fn main() {
         tool: "search_web",
         params: &params,
     };
-    let pool: Vec<Receipt> = (0..60_000u64)
+    // Receipts are prepared only for rows that run, so profiles of one row stay clean.
+    let verify_row = "verify (six steps, HMAC, in-memory replay)";
+    let pool_n = if wants(verify_row) { 100_000u64 } else { 1 };
+    let pool: Vec<Receipt> = (0..pool_n)
         .map(|i| v.issue(&intake(10_000_000 + i)).unwrap().receipt)
         .collect();
     let now = pool[0].issued_at + 1.0;
     let mut it = pool.iter();
-    measure("verify (six steps, Ed25519 + HMAC + replay)", || {
-        let r = it.next().expect("receipt pool exhausted");
-        assert!(e.validate(r, &exp, now).is_ok());
-    });
+    compare(
+        verify_row,
+        1,
+        || {
+            let r = it.next().expect("receipt pool exhausted");
+            assert!(e.validate(r, &exp, now).is_ok());
+        },
+        py.as_mut().map(|p| (p, "verify")),
+    );
     let issued = pool;
+
+    // The same with the durable replay cache (file, synchronous=FULL): one fsync per receipt.
+    let ed = Enforcer::new(
+        &v.settings().audience,
+        ts.clone(),
+        ReplayCache::open(&dir.join("replay.db")).unwrap(),
+    )
+    .with_hmac_secret(&v.settings().issuer, keys.hmac_secret());
+    let durable_row = "verify + durable replay (file, sync=FULL)";
+    let durable_n = if wants(durable_row) { 20_000u64 } else { 0 };
+    let durable: Vec<Receipt> = (0..durable_n)
+        .map(|i| v.issue(&intake(20_000_000 + i)).unwrap().receipt)
+        .collect();
+    let mut it = durable.iter();
+    measure(durable_row, || {
+        let r = it.next().expect("receipt pool exhausted");
+        assert!(ed.validate(r, &exp, now).is_ok());
+    });
+
+    // The Ed25519 floor: sign / verify the JCS payload of one of these receipts alone.
+    let payload = issued[0].signature_payload().unwrap();
+    let sig = keys.sign(payload.as_bytes());
+    measure(
+        &format!("ed25519 sign alone ({} B payload)", payload.len()),
+        || {
+            black_box(keys.sign(black_box(payload.as_bytes())));
+        },
+    );
+    measure(
+        &format!("ed25519 verify alone ({} B payload)", payload.len()),
+        || {
+            use ed25519_dalek::Verifier as _;
+            assert!(keys
+                .public()
+                .verify(black_box(payload.as_bytes()), &sig)
+                .is_ok());
+        },
+    );
 
     // 16-hop chain (17 receipts) full verification.
     let mut chain = EvidenceChain::new(issued[0].clone()).unwrap();
@@ -131,9 +310,14 @@ fn main() {
                                         "parent_trace_id": prev.trace_id});
         chain.append(v.issue(&i).unwrap().receipt).unwrap();
     }
-    measure("chain verify full (16 hops, 17 receipts)", || {
-        assert!(chain.verify_full(&ts, None).chain_valid);
-    });
+    compare(
+        "chain verify full (16 hops, 17 receipts)",
+        1,
+        || {
+            assert!(chain.verify_full(&ts, None).chain_valid);
+        },
+        py.as_mut().map(|p| (p, "chain")),
+    );
 
     // Per-rule latency.
     let man = Manifest::build("bench", &keys, ChallengePolicy::default(), 0, 10).unwrap();
@@ -152,6 +336,10 @@ fn main() {
     let evil = parse_value(&evil).unwrap();
     for r in &rules {
         for (label, cmd) in [("benign", &benign), ("malicious", &evil)] {
+            let name = format!("rule {} ({label})", r.name());
+            if !wants(&name) {
+                continue;
+            }
             let ctx = RuleContext {
                 cmd,
                 manifest: &man,
@@ -162,12 +350,33 @@ fn main() {
             for _ in 0..iters {
                 black_box(r.evaluate(black_box(&ctx)));
             }
-            row(
-                &format!("rule {} ({label})", r.name()),
-                iters,
-                start.elapsed(),
-            );
+            row(&name, iters, start.elapsed());
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
+
+    // Ratios of the interleaved rounds above (ours, then Python, round after round).
+    drop(py);
+    let compared = COMPARED.with(|c| c.borrow().clone());
+    if compared.is_empty() {
+        return;
+    }
+    println!("\nSame run, rounds alternated with ccs-verifier 1.2.0 (Python), best round of each:");
+    println!("| operation                                    | convene us | python us |  ratio | target |");
+    println!("|----------------------------------------------|------------|-----------|--------|--------|");
+    for (name, us, p) in compared {
+        let target = match name.as_str() {
+            n if n.starts_with("issue") => ">= 20x",
+            n if n.starts_with("verify") => ">= 5x",
+            _ => "",
+        };
+        println!(
+            "| {:<44} | {:>10.2} | {:>9.2} | {:>5.1}x | {:>6} |",
+            name,
+            us,
+            p,
+            p / us,
+            target
+        );
+    }
 }

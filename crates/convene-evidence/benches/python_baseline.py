@@ -4,10 +4,16 @@ Same operations: issuance (3 built-in rules, HMAC L0 + Ed25519 L1 receipt, in-pr
 six-step verification of an L1 receipt (freshness, audience, Ed25519 signature,
 replay set, params binding, outcome), and full verification of a 16-hop chain
 (17 receipts: signature + previous-digest linkage + summary hash).
+
+Standalone it prints its own table. With --serve (used by benches/evidence.rs) it prepares
+everything, prints "ready", then measures one ROUND of the named operation per input line
+("issue", "verify" or "chain") and answers "<ops> <seconds>", so the Rust bench can
+alternate its rounds with ours under the same machine load.
 """
 from __future__ import annotations
 
 import hashlib
+import sys
 import time
 import warnings
 
@@ -25,15 +31,19 @@ def row(name: str, ops: int, el: float) -> None:
     print(f"| {name:<44} | {ops / el:>12.0f} | {el / ops * 1e6:>10.2f} |")
 
 
+def one_round(f) -> tuple[int, float]:
+    t0 = time.perf_counter()
+    n = 0
+    while time.perf_counter() - t0 < ROUND:
+        f()
+        n += 1
+    return n, time.perf_counter() - t0
+
+
 def measure(name: str, f) -> None:
     best = (0, 1.0)
     for _ in range(ROUNDS):
-        t0 = time.perf_counter()
-        n = 0
-        while time.perf_counter() - t0 < ROUND:
-            f()
-            n += 1
-        el = time.perf_counter() - t0
+        n, el = one_round(f)
         if n / el > best[0] / best[1]:
             best = (n, el)
     row(name, *best)
@@ -44,8 +54,10 @@ def main() -> None:
     key = generate_ed25519_key()
     pub = get_public_key(key)
     v = Verifier(rules=[SSRFRule(), RCERule(), CredentialLeakRule()], mode="in-process", l1_signing_key=key)
-    print("| operation                                    |      ops/s   |  us/op     |")
-    print("|----------------------------------------------|--------------|------------|")
+    serve = "--serve" in sys.argv
+    if not serve:
+        print("| operation                                    |      ops/s   |  us/op     |")
+        print("|----------------------------------------------|--------------|------------|")
 
     counter = iter(range(10**9))
 
@@ -54,9 +66,10 @@ def main() -> None:
         return v.verify(Command(agent_id="bench-agent", tool="search_web", params=PARAMS,
                                 timestamp=1722384000.0, trace_id=f"{n:016x}")).l1_receipt
 
-    measure("issue (3 rules, HMAC+Ed25519)", issue)
+    if not serve:
+        measure("issue (3 rules, HMAC+Ed25519)", issue)
 
-    receipts = [issue() for _ in range(12000)]
+    receipts = [issue() for _ in range(16000)]
     audience = receipts[0]["audience"]
     seen: set[tuple[str, str]] = set()
     digest = compute_args_digest(PARAMS)
@@ -75,7 +88,8 @@ def main() -> None:
         assert r.args_digest == digest  # 5 binding
         assert r.verdict in ("allow", "block")  # 6 outcome mapping
 
-    measure("verify (six steps, Ed25519 + replay)", verify_one)
+    if not serve:
+        measure("verify (six steps, Ed25519 + replay)", verify_one)
 
     def ldigest(d: dict) -> str:
         return hashlib.sha256(canonical_json({x: y for x, y in d.items() if x != "signature"})).hexdigest()
@@ -91,7 +105,14 @@ def main() -> None:
                 assert links[i] == ldigest(chain[i - 1])
         assert hashlib.sha256(b"".join(bytes.fromhex(ldigest(x)) for x in chain)).hexdigest() == summary
 
-    measure("chain verify full (16 hops, 17 receipts)", chain_verify)
+    if not serve:
+        measure("chain verify full (16 hops, 17 receipts)", chain_verify)
+        return
+    ops = {"issue": issue, "verify": verify_one, "chain": chain_verify}
+    print("ready", flush=True)
+    for line in sys.stdin:
+        n, el = one_round(ops[line.strip()])
+        print(f"{n} {el}", flush=True)
 
 if __name__ == "__main__":
     main()

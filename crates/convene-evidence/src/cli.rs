@@ -1,6 +1,6 @@
 //! Command line: `convene evidence ...` and `convene verifier serve`.
 //!
-//! Exit codes: 0 ok / allow / valid; 1 rejected / invalid; 2 usage;
+//! Exit codes: 0 ok / allow / valid; 1 rejected / invalid / rotation step refused; 2 usage;
 //! 3 receipt issued with verdict deny or escalate; 4 intake error (no receipt); 5 internal error.
 
 use crate::chain::{CrossOrg, Envelope, EvidenceChain};
@@ -10,6 +10,7 @@ use crate::error::EvidenceError;
 use crate::issuer::{now_unix, Verifier, VerifierSettings};
 use crate::keys::{full_fingerprint_of, KeyFile, KeyMaterial, TrustStore};
 use crate::receipt::{Receipt, Verdict};
+use crate::rotation::{self, Rotation};
 use crate::rules::{builtin, Rule};
 use crate::store::EvidenceStore;
 use crate::{l1, server};
@@ -19,6 +20,9 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
+
+#[path = "cli_rotate.rs"]
+mod rotate;
 
 /// Success / allow / valid.
 pub const EXIT_OK: i32 = 0;
@@ -41,7 +45,7 @@ const USAGE: &str = "usage:
   evidence verify --receipt R.json (--key KEY.json | --trust TRUST.json) --audience URI
                   (--intake IN.json | --tool T --params P.json) [--replay-db DB] [--now T]
   evidence trust enroll --trust TRUST.json --issuer URI --public-key B64 --fingerprint FP
-  evidence trust revoke --trust TRUST.json --fingerprint FP
+  evidence trust revoke|retire --trust TRUST.json --fingerprint FP
   evidence chain build --out C.json RECEIPT_OR_BUNDLE...
   evidence chain verify --chain C.json (--key KEY.json | --trust TRUST.json) [--issuer URI]
                         [--mode full|spot] [--hop N] [--now T]
@@ -50,6 +54,9 @@ const USAGE: &str = "usage:
                          [--sender URI --receiver URI --key KEY.json] [--out E.json]
   evidence envelope verify --envelope E.json (--key KEY.json | --trust TRUST.json) [--receiver URI]
   evidence manifest --key KEY.json [--issuer URI] [--out M.json]
+  evidence rotate announce --key KEY.json [--next NEXT.json] [--ttl SECS] [--issuer URI]
+                           [--manifest M.json]
+  evidence rotate cutover|retire|status --key KEY.json [--issuer URI] [--manifest M.json]
   evidence export --profile l1-1.1 --key KEY.json --out DIR --case NAME [--chained] BUNDLE...
   verifier serve --key KEY.json --socket PATH [--store DB] [--issuer URI] [--audience URI]
                  [--rules a,b,c] [--policy-floor PROFILE] [--max-conns N]";
@@ -143,9 +150,12 @@ fn write_out(path: Option<&str>, v: &Value) -> Result<(), Fail> {
     Ok(())
 }
 
+fn load_key_file(p: &str) -> Result<KeyFile, Fail> {
+    Ok(serde_json::from_value(read_json(p)?)?)
+}
+
 fn load_key(p: &str) -> Result<KeyMaterial, Fail> {
-    let f: KeyFile = serde_json::from_value(read_json(p)?)?;
-    Ok(KeyMaterial::from_file(&f)?)
+    Ok(KeyMaterial::from_file(&load_key_file(p)?)?)
 }
 
 /// Entry point: `args[0]` is "evidence" or "verifier"; returns the process exit code.
@@ -182,7 +192,7 @@ fn evidence(a: &[String]) -> Result<i32, Fail> {
         "verify" => verify(&Args::parse(rest).map_err(Fail::Usage)?),
         "manifest" => manifest(&Args::parse(rest).map_err(Fail::Usage)?),
         "export" => export(&Args::parse(rest).map_err(Fail::Usage)?),
-        "chain" | "trust" | "envelope" => {
+        "chain" | "trust" | "envelope" | "rotate" => {
             let (sub, rest2) = rest
                 .split_first()
                 .ok_or_else(|| Fail::Usage("missing subcommand".into()))?;
@@ -193,8 +203,10 @@ fn evidence(a: &[String]) -> Result<i32, Fail> {
                 ("chain", "prune") => chain_prune(&args),
                 ("trust", "enroll") => trust_enroll(&args),
                 ("trust", "revoke") => trust_revoke(&args),
+                ("trust", "retire") => trust_retire(&args),
                 ("envelope", "wrap") => envelope_wrap(&args),
                 ("envelope", "verify") => envelope_verify(&args),
+                ("rotate", step) => rotate::run(step, &args),
                 _ => Err(Fail::Usage(format!("unknown subcommand {cmd} {sub}"))),
             }
         }
@@ -245,12 +257,24 @@ fn rules_from(a: &Args) -> Result<Vec<Box<dyn Rule>>, Fail> {
 }
 
 fn build_verifier(a: &Args, mode: DeploymentMode) -> Result<Verifier, Fail> {
-    let keys = load_key(a.req("key")?)?;
+    let file = load_key_file(a.req("key")?)?;
+    let (keys, next) = rotation::signing_keys(&file)?;
     let d = VerifierSettings::default();
+    // During a dual-sign overlap, receipts may not outlive what the overlap was sized for.
+    let overlap_ttl = match &file.rotation {
+        Some(Rotation::DualSign { ttl_secs, .. }) => Some(*ttl_secs),
+        _ => None,
+    };
     let ttl = match a.get("ttl") {
         Some(t) => t.parse().map_err(|_| Fail::Usage("bad --ttl".into()))?,
-        None => d.ttl_secs,
+        None => overlap_ttl.unwrap_or(d.ttl_secs),
     };
+    if overlap_ttl.is_some_and(|o| ttl > o) {
+        return Err(Fail::Usage(format!(
+            "--ttl {ttl} exceeds the {} s the rotation in progress was announced for",
+            overlap_ttl.unwrap_or_default()
+        )));
+    }
     let settings = VerifierSettings {
         issuer: a.get("issuer").map(String::from).unwrap_or(d.issuer),
         audience: a.get("audience").map(String::from).unwrap_or(d.audience),
@@ -261,6 +285,9 @@ fn build_verifier(a: &Args, mode: DeploymentMode) -> Result<Verifier, Fail> {
         ..d
     };
     let mut v = Verifier::new(settings, keys, rules_from(a)?)?;
+    if let Some((n, since)) = next {
+        v = v.with_next_key_since(n, since)?;
+    }
     if let Some(db) = a.get("store") {
         v = v.with_store(EvidenceStore::open(Path::new(db))?)?;
     }
@@ -408,9 +435,25 @@ fn trust_enroll(a: &Args) -> Result<i32, Fail> {
 }
 
 fn trust_revoke(a: &Args) -> Result<i32, Fail> {
+    trust_update(a, TrustStore::revoke)
+}
+
+fn trust_retire(a: &Args) -> Result<i32, Fail> {
+    trust_update(a, TrustStore::retire)
+}
+
+/// Apply one state change to the key `--fingerprint` of the trust file `--trust`.
+fn trust_update(
+    a: &Args,
+    change: fn(&mut TrustStore, &str) -> Result<(), EvidenceError>,
+) -> Result<i32, Fail> {
     let p = a.req("trust")?;
     let mut ts: TrustStore = serde_json::from_value(read_json(p)?)?;
-    ts.revoke(a.req("fingerprint")?)?;
+    if let Err(e) = change(&mut ts, a.req("fingerprint")?) {
+        // An unknown or revoked fingerprint: nothing is written.
+        write_out(None, &json!({"changed": false, "reason": e.to_string()}))?;
+        return Ok(EXIT_REJECTED);
+    }
     write_out(Some(p), &serde_json::to_value(&ts)?)?;
     Ok(EXIT_OK)
 }
@@ -521,19 +564,28 @@ fn envelope_verify(a: &Args) -> Result<i32, Fail> {
     }
 }
 
-fn manifest(a: &Args) -> Result<i32, Fail> {
-    let k = load_key(a.req("key")?)?;
+/// The signed manifest for a key file; during dual-sign it announces the incoming key.
+fn manifest_for(a: &Args, f: &KeyFile) -> Result<Manifest, Fail> {
     let issuer = a
         .get("issuer")
         .map(String::from)
         .unwrap_or(VerifierSettings::default().issuer);
-    let m = Manifest::build(
+    let (k, next) = rotation::signing_keys(f)?;
+    let mut m = Manifest::build(
         &issuer,
         &k,
         ChallengePolicy::default(),
         now_unix() as u64,
         30 * 24 * 3600,
     )?;
+    if let (Some((n, since)), Some(r)) = (next, &f.rotation) {
+        m.announce_next(&k, &n, since, r.cutover_not_before().unwrap_or(since))?;
+    }
+    Ok(m)
+}
+
+fn manifest(a: &Args) -> Result<i32, Fail> {
+    let m = manifest_for(a, &load_key_file(a.req("key")?)?)?;
     let mut v = serde_json::to_value(&m)?;
     if a.get("out").is_some() {
         write_out(a.get("out"), &v)?;

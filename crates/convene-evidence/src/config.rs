@@ -124,8 +124,28 @@ pub struct Manifest {
     pub published_at: u64,
     /// Validity end.
     pub expires_at: u64,
+    /// §7.3 announce (extension): the incoming key while receipts are dual-signed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_signing_key: Option<NextSigningKey>,
     /// Ed25519 signature (hex) over JCS of the other fields.
     pub signature: String,
+}
+
+/// The incoming key a manifest announces during a §7.3 overlap. The draft names no field
+/// for the announcement ("the new key identifier and effective date"); this one is ours.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NextSigningKey {
+    /// Key identifier of the incoming key (its `signing_key_id` after cutover).
+    pub key_id: String,
+    /// 16-hex fingerprint of the incoming key, as in `cosignature.signing_key_fingerprint`.
+    pub signing_key_fingerprint: String,
+    /// Incoming public key, padded standard base64.
+    pub public_key: String,
+    /// When dual-signing began, Unix seconds.
+    pub dual_sign_since: u64,
+    /// Earliest cutover (dual_sign_since + 2 × receipt lifetime), Unix seconds.
+    pub effective_at: u64,
 }
 
 impl Manifest {
@@ -153,11 +173,37 @@ impl Manifest {
             signing_key_fingerprint: keys.fingerprint(),
             published_at,
             expires_at: published_at + validity_secs,
+            next_signing_key: None,
             signature: String::new(),
         };
-        let payload = m.payload()?;
-        m.signature = hex::encode(keys.sign(payload.as_bytes()).to_bytes());
+        m.sign(keys)?;
         Ok(m)
+    }
+
+    /// Announce the incoming key (§7.3 phase 1) and re-sign with the current key, so a
+    /// consumer that trusts the current key learns the next one from a document it signed.
+    pub fn announce_next(
+        &mut self,
+        keys: &KeyMaterial,
+        next: &KeyMaterial,
+        since: f64,
+        effective_at: f64,
+    ) -> Result<(), EvidenceError> {
+        use base64::Engine;
+        self.next_signing_key = Some(NextSigningKey {
+            key_id: next.key_id.clone(),
+            signing_key_fingerprint: next.fingerprint(),
+            public_key: base64::engine::general_purpose::STANDARD.encode(next.public().to_bytes()),
+            dual_sign_since: since.max(0.0) as u64,
+            effective_at: effective_at.max(0.0).ceil() as u64,
+        });
+        self.sign(keys)
+    }
+
+    fn sign(&mut self, keys: &KeyMaterial) -> Result<(), EvidenceError> {
+        let payload = self.payload()?;
+        self.signature = hex::encode(keys.sign(payload.as_bytes()).to_bytes());
+        Ok(())
     }
 
     fn payload(&self) -> Result<String, EvidenceError> {

@@ -3,7 +3,7 @@
 use crate::error::EvidenceError;
 use crate::jcs::sha256_hex;
 use crate::keys::TrustStore;
-use crate::receipt::{action_for, OutcomeStatus, Receipt, Verdict};
+use crate::receipt::{OutcomeStatus, Receipt, Verdict};
 use rusqlite::{params, Connection};
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -104,25 +104,31 @@ pub fn map_outcome(verdict: Verdict, outcome: Option<OutcomeStatus>) -> Enforcem
     }
 }
 
-/// Persistent (issuer, nonce) replay cache (§6.8): survives restarts.
+/// (issuer, nonce) replay cache (§6.8): a SQLite file that survives restarts, or an
+/// in-memory set for single-process use.
 pub struct ReplayCache {
-    conn: Mutex<Connection>,
+    backend: Backend,
+}
+
+enum Backend {
+    Sqlite(Mutex<Connection>),
+    /// Nonces by issuer (lookups by `&str`, one allocation per new nonce) and the failure log.
+    Memory(Mutex<(NoncesByIssuer, Vec<String>)>),
+}
+
+/// issuer -> nonce -> expires_at.
+type NoncesByIssuer = HashMap<String, HashMap<String, f64>>;
+
+fn poisoned<T>(_: T) -> EvidenceError {
+    EvidenceError::Invalid("replay cache lock poisoned".into())
 }
 
 impl ReplayCache {
-    /// Open a cache file.
+    /// Open a cache file (every insert is committed with `synchronous=FULL` before the
+    /// receipt is accepted, so an accepted nonce survives a crash or power loss).
     pub fn open(path: &Path) -> Result<Self, EvidenceError> {
         let conn = Connection::open(path)?;
         conn.execute_batch("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;")?;
-        Self::init(conn)
-    }
-
-    /// In-memory cache (does not survive restarts; tests only).
-    pub fn in_memory() -> Result<Self, EvidenceError> {
-        Self::init(Connection::open_in_memory()?)
-    }
-
-    fn init(conn: Connection) -> Result<Self, EvidenceError> {
         conn.execute_batch(
             // Clustered on (nonce, issuer): one b-tree per insert (no rowid table plus
             // index), and the random nonce first ends key comparisons early.
@@ -133,7 +139,15 @@ impl ReplayCache {
                issuer TEXT NOT NULL, report TEXT NOT NULL);",
         )?;
         Ok(Self {
-            conn: Mutex::new(conn),
+            backend: Backend::Sqlite(Mutex::new(conn)),
+        })
+    }
+
+    /// In-memory cache: a hash set that does not survive restarts (tests, one-shot CLI
+    /// checks, and consumers that keep their own durable record).
+    pub fn in_memory() -> Result<Self, EvidenceError> {
+        Ok(Self {
+            backend: Backend::Memory(Mutex::new((HashMap::new(), Vec::new()))),
         })
     }
 
@@ -144,55 +158,79 @@ impl ReplayCache {
         nonce: &str,
         expires_at: f64,
     ) -> Result<bool, EvidenceError> {
-        let c = self
-            .conn
-            .lock()
-            .map_err(|_| EvidenceError::Invalid("replay cache lock poisoned".into()))?;
-        let mut st = c.prepare_cached(
-            "INSERT OR IGNORE INTO seen (issuer, nonce, expires_at) VALUES (?1, ?2, ?3)",
-        )?;
-        let n = st.execute(params![issuer, nonce, expires_at])?;
-        Ok(n == 1)
+        match &self.backend {
+            Backend::Sqlite(c) => {
+                let c = c.lock().map_err(poisoned)?;
+                let mut st = c.prepare_cached(
+                    "INSERT OR IGNORE INTO seen (issuer, nonce, expires_at) VALUES (?1, ?2, ?3)",
+                )?;
+                Ok(st.execute(params![issuer, nonce, expires_at])? == 1)
+            }
+            Backend::Memory(m) => {
+                let mut g = m.lock().map_err(poisoned)?;
+                let by_issuer = match g.0.get_mut(issuer) {
+                    Some(n) => n,
+                    None => g.0.entry(issuer.to_string()).or_default(),
+                };
+                if by_issuer.contains_key(nonce) {
+                    return Ok(false);
+                }
+                by_issuer.insert(nonce.to_string(), expires_at);
+                Ok(true)
+            }
+        }
     }
 
     /// Drop entries that can no longer pass freshness anyway.
     pub fn prune(&self, now: f64, max_skew: f64) -> Result<usize, EvidenceError> {
-        let c = self
-            .conn
-            .lock()
-            .map_err(|_| EvidenceError::Invalid("replay cache lock poisoned".into()))?;
-        Ok(c.execute(
-            "DELETE FROM seen WHERE expires_at + ?2 < ?1",
-            params![now, max_skew],
-        )?)
+        match &self.backend {
+            Backend::Sqlite(c) => Ok(c.lock().map_err(poisoned)?.execute(
+                "DELETE FROM seen WHERE expires_at + ?2 < ?1",
+                params![now, max_skew],
+            )?),
+            Backend::Memory(m) => {
+                let mut g = m.lock().map_err(poisoned)?;
+                let mut n = 0;
+                for nonces in g.0.values_mut() {
+                    let before = nonces.len();
+                    nonces.retain(|_, exp| *exp + max_skew >= now);
+                    n += before - nonces.len();
+                }
+                Ok(n)
+            }
+        }
     }
 
     /// Append a failure report to the audit log (§12.3).
     pub fn log_failure(&self, issuer: &str, report: &FailureReport) -> Result<(), EvidenceError> {
-        let c = self
-            .conn
-            .lock()
-            .map_err(|_| EvidenceError::Invalid("replay cache lock poisoned".into()))?;
-        c.execute(
-            "INSERT INTO failures (issuer, report) VALUES (?1, ?2)",
-            params![issuer, serde_json::to_string(report)?],
-        )?;
+        let text = serde_json::to_string(report)?;
+        match &self.backend {
+            Backend::Sqlite(c) => {
+                c.lock().map_err(poisoned)?.execute(
+                    "INSERT INTO failures (issuer, report) VALUES (?1, ?2)",
+                    params![issuer, text],
+                )?;
+            }
+            Backend::Memory(m) => m.lock().map_err(poisoned)?.1.push(text),
+        }
         Ok(())
     }
 
     /// Logged failure reports, oldest first.
     pub fn failures(&self) -> Result<Vec<Value>, EvidenceError> {
-        let c = self
-            .conn
-            .lock()
-            .map_err(|_| EvidenceError::Invalid("replay cache lock poisoned".into()))?;
-        let mut st = c.prepare("SELECT report FROM failures ORDER BY id")?;
-        let rows = st.query_map([], |r| r.get::<_, String>(0))?;
-        let mut out = Vec::new();
-        for r in rows {
-            out.push(serde_json::from_str(&r?)?);
-        }
-        Ok(out)
+        let texts: Vec<String> = match &self.backend {
+            Backend::Sqlite(c) => {
+                let c = c.lock().map_err(poisoned)?;
+                let mut st = c.prepare("SELECT report FROM failures ORDER BY id")?;
+                let rows = st.query_map([], |r| r.get::<_, String>(0))?;
+                rows.collect::<Result<_, _>>()?
+            }
+            Backend::Memory(m) => m.lock().map_err(poisoned)?.1.clone(),
+        };
+        Ok(texts
+            .iter()
+            .map(|t| serde_json::from_str(t))
+            .collect::<Result<_, _>>()?)
     }
 }
 
@@ -261,7 +299,7 @@ pub struct Accepted {
 pub struct Enforcer {
     identity: String,
     trust: TrustStore,
-    hmac_secrets: HashMap<String, Vec<u8>>,
+    hmac_secrets: HashMap<String, Vec<Vec<u8>>>,
     replay: ReplayCache,
     monitor: DenyRateMonitor,
     alert_threshold: u64,
@@ -293,10 +331,13 @@ impl Enforcer {
         self
     }
 
-    /// Enroll a shared HMAC secret for an issuer (distributed out of band, §7.2).
+    /// Enroll a shared HMAC secret for an issuer (distributed out of band, §7.2). Called
+    /// again for the same issuer (a §7.3 rotation), every enrolled secret is accepted.
     pub fn with_hmac_secret(mut self, issuer: &str, secret: &[u8]) -> Self {
         self.hmac_secrets
-            .insert(issuer.to_string(), secret.to_vec());
+            .entry(issuer.to_string())
+            .or_default()
+            .push(secret.to_vec());
         self
     }
 
@@ -346,8 +387,10 @@ impl Enforcer {
     /// present but invalid rejects it ([`Receipt::verify_with_trust`]).
     pub fn signature_ok(&self, r: &Receipt) -> bool {
         let ed = r.verify_with_trust(&self.trust);
+        // With shared secrets enrolled, the receipt's HMAC or (during a rotation overlap)
+        // its cosignature's HMAC must verify under one of them.
         let mac = match self.hmac_secrets.get(&r.issuer) {
-            Some(s) => r.verify_hmac(s),
+            Some(secrets) => secrets.iter().any(|s| r.verify_any_hmac(s)),
             None => true,
         };
         ed && mac
@@ -398,10 +441,14 @@ impl Enforcer {
             Ok(c) => sha256_hex(c.as_bytes()),
             Err(_) => return Err(self.reject(r, FailureCategory::BindingMismatch, now)),
         };
-        if r.tool != expected.tool
-            || r.params_hash != params_hash
-            || r.action != action_for(expected.tool, &params_hash)
-        {
+        // action must be exactly `ccs:tool-invoke:{tool}:{params_hash}` (compared in place).
+        let action_ok = r
+            .action
+            .strip_prefix("ccs:tool-invoke:")
+            .and_then(|a| a.strip_prefix(expected.tool))
+            .and_then(|a| a.strip_prefix(':'))
+            == Some(params_hash.as_str());
+        if r.tool != expected.tool || r.params_hash != params_hash || !action_ok {
             return Err(self.reject(r, FailureCategory::BindingMismatch, now));
         }
         self.monitor.record(&r.issuer, r.verdict);

@@ -79,7 +79,7 @@ pub fn parse_value(v: &Value) -> Result<Command, IntakeError> {
         .get("trace_id")
         .and_then(Value::as_str)
         .filter(|s| s.len() <= 128)
-        .map(|s| s.nfc().collect::<String>());
+        .map(nfc);
 
     // Total size is measured on the canonical form so whitespace cannot hide bulk;
     // the exact form is only computed when a cheap upper bound could exceed the limit.

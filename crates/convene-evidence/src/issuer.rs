@@ -120,6 +120,63 @@ pub fn command_value(c: &Command) -> Value {
     v
 }
 
+/// JCS of the §6.1 request object `{agent_id, params, timestamp, tool, trace_id}`, written
+/// directly around the already canonical params (no clone of the params tree).
+pub(crate) fn request_canonical(c: &Command) -> Result<String, EvidenceError> {
+    use crate::jcs::{write_es6, write_string};
+    let mut o = String::with_capacity(c.canonical_params.len() + 160);
+    o.push_str("{\"agent_id\":");
+    write_string(&c.agent_id, &mut o);
+    o.push_str(",\"params\":");
+    o.push_str(&c.canonical_params);
+    o.push_str(",\"timestamp\":");
+    write_es6(c.timestamp, &mut o)?;
+    o.push_str(",\"tool\":");
+    write_string(&c.tool, &mut o);
+    o.push_str(",\"trace_id\":");
+    write_string(&c.trace_id, &mut o);
+    o.push('}');
+    Ok(o)
+}
+
+/// `runtime_context_hash` of an intake without runtime context: sha256 of JCS(`{}`).
+const EMPTY_OBJECT_HASH: &str =
+    "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a";
+
+/// Receipt nonces: 16 bytes each, drawn from the OS CSPRNG 4 KiB at a time.
+///
+/// One `getrandom` call serves 256 receipts instead of one. Nonces are published in the
+/// receipts anyway; they must be unique and unpredictable to others, not secret.
+struct NoncePool {
+    buf: Mutex<([u8; 4096], usize)>,
+}
+
+impl NoncePool {
+    fn new() -> Self {
+        Self {
+            buf: Mutex::new(([0u8; 4096], 4096)),
+        }
+    }
+
+    /// The next unused nonce as 32 lowercase hex.
+    fn next(&self) -> Result<String, EvidenceError> {
+        let mut g = self
+            .buf
+            .lock()
+            .map_err(|_| EvidenceError::Invalid("nonce pool lock poisoned".into()))?;
+        let (buf, pos) = &mut *g;
+        if *pos + 16 > buf.len() {
+            OsRng
+                .try_fill_bytes(buf)
+                .map_err(|_| EvidenceError::Invalid("OS randomness unavailable".into()))?;
+            *pos = 0;
+        }
+        let n = crate::jcs::hex_lower(&buf[*pos..*pos + 16]);
+        *pos += 16;
+        Ok(n)
+    }
+}
+
 /// Test-only fault hook: called before each step; Err or panic aborts the intake.
 #[cfg(test)]
 pub type FaultHook = Arc<dyn Fn(Step) -> Result<(), String> + Send + Sync>;
@@ -135,6 +192,7 @@ pub struct Verifier {
     config: CanonicalConfig,
     config_hash: String,
     sequence: AtomicU64,
+    nonces: NoncePool,
     store: Option<Mutex<EvidenceStore>>,
     clock: Arc<dyn Fn() -> f64 + Send + Sync>,
     /// Open records whose outcome is indeterminate, by action (§4.5: no blind retries).
@@ -166,7 +224,7 @@ impl Verifier {
                 "issuer and audience must be URIs".into(),
             ));
         }
-        let (manifest, config, config_hash) = Self::bind_config(&settings, &keys, &rules)?;
+        let (manifest, config, config_hash) = Self::bind_config(&settings, &keys, None, &rules)?;
         Ok(Self {
             settings,
             keys,
@@ -176,6 +234,7 @@ impl Verifier {
             config,
             config_hash,
             sequence: AtomicU64::new(0),
+            nonces: NoncePool::new(),
             store: None,
             clock: Arc::new(now_unix),
             open_indeterminate: Mutex::new(HashMap::new()),
@@ -185,20 +244,25 @@ impl Verifier {
         })
     }
 
-    /// Signed manifest and canonical configuration for a signing key.
+    /// Signed manifest and canonical configuration for a signing key (and the incoming
+    /// key it announces during a dual-sign overlap that began at the given time).
     fn bind_config(
         settings: &VerifierSettings,
         keys: &KeyMaterial,
+        next: Option<(&KeyMaterial, f64)>,
         rules: &[Box<dyn Rule>],
     ) -> Result<(Manifest, CanonicalConfig, String), EvidenceError> {
         let now = now_unix();
-        let manifest = Manifest::build(
+        let mut manifest = Manifest::build(
             &settings.issuer,
             keys,
             settings.challenge_policy,
             now as u64,
             30 * 24 * 3600,
         )?;
+        if let Some((n, since)) = next {
+            manifest.announce_next(keys, n, since, since + 2.0 * settings.ttl_secs)?;
+        }
         let config = CanonicalConfig {
             rules: rules.iter().map(|r| r.name().to_string()).collect(),
             policy_version: settings.policy_version.clone(),
@@ -215,11 +279,30 @@ impl Verifier {
 
     /// §7.3 phase 2 (dual-sign): from now on every receipt also carries a `cosignature`
     /// by `next`. The overlap starts at the verifier's clock.
-    pub fn with_next_key(mut self, next: KeyMaterial) -> Result<Self, EvidenceError> {
+    pub fn with_next_key(self, next: KeyMaterial) -> Result<Self, EvidenceError> {
+        let since = (self.clock)();
+        self.with_next_key_since(next, since)
+    }
+
+    /// Dual-sign with `next` for an overlap that began at `since` (a rotation resumed from
+    /// a key file). The manifest announces `next` and is re-bound into `config_hash`.
+    pub fn with_next_key_since(
+        mut self,
+        next: KeyMaterial,
+        since: f64,
+    ) -> Result<Self, EvidenceError> {
         if next.fingerprint() == self.keys.fingerprint() {
             return Err(EvidenceError::Key("next key equals the current key".into()));
         }
-        let since = (self.clock)();
+        let (manifest, config, config_hash) = Self::bind_config(
+            &self.settings,
+            &self.keys,
+            Some((&next, since)),
+            &self.rules,
+        )?;
+        self.manifest = manifest;
+        self.config = config;
+        self.config_hash = config_hash;
         self.next_keys = Some((next, since));
         Ok(self)
     }
@@ -244,7 +327,7 @@ impl Verifier {
             ));
         }
         let (manifest, config, config_hash) =
-            Self::bind_config(&self.settings, &next, &self.rules)?;
+            Self::bind_config(&self.settings, &next, None, &self.rules)?;
         self.keys = next;
         self.manifest = manifest;
         self.config = config;
@@ -375,6 +458,87 @@ impl Verifier {
         audience: Option<&str>,
     ) -> Result<IssuedReceipt, IntakeError> {
         let started = Instant::now();
+        let mut issued = self.evaluate(parse, audience, started)?;
+        self.persist(&[&issued], started)?;
+        issued.latency_us = started.elapsed().as_micros() as u64;
+        Ok(issued)
+    }
+
+    /// Issue receipts for several intakes (e.g. the parallel tool calls of one agent turn)
+    /// and persist them in one transaction: one durable commit (fsync) for the batch.
+    ///
+    /// Results are in input order. Nothing is returned before the commit: if it fails,
+    /// every receipt of the batch is an error, so no tool can run on an unpersisted
+    /// receipt (§11.1). Intakes that fail on their own get their own error, as with
+    /// [`Verifier::issue`].
+    pub fn issue_batch(&self, intakes: &[Value]) -> Vec<Result<IssuedReceipt, IntakeError>> {
+        let started = Instant::now();
+        let mut out: Vec<Result<IssuedReceipt, IntakeError>> = intakes
+            .iter()
+            .map(|v| {
+                catch_unwind(AssertUnwindSafe(|| {
+                    self.evaluate(|| intake::parse_value(v), None, started)
+                }))
+                .unwrap_or_else(|_| Err(Self::failed(None)))
+            })
+            .collect();
+        let persisted = {
+            let ok: Vec<&IssuedReceipt> = out.iter().filter_map(|r| r.as_ref().ok()).collect();
+            catch_unwind(AssertUnwindSafe(|| self.persist(&ok, started)))
+                .unwrap_or_else(|_| Err(Self::failed(None)))
+        };
+        for r in &mut out {
+            match (&persisted, r.as_mut()) {
+                (Err(e), Ok(i)) => {
+                    let mut e = e.clone();
+                    e.trace_id = Some(i.receipt.trace_id.clone());
+                    *r = Err(e);
+                }
+                (Ok(()), Ok(i)) => i.latency_us = started.elapsed().as_micros() as u64,
+                (_, Err(_)) => {}
+            }
+        }
+        out
+    }
+
+    fn failed(trace: Option<String>) -> IntakeError {
+        let mut e = IntakeError::new(IntakeErrorCode::IntakeFailed, "intake processing failed");
+        e.trace_id = trace;
+        e
+    }
+
+    /// The Persist step for issued receipts: one transaction, durable before returning.
+    fn persist(&self, items: &[&IssuedReceipt], started: Instant) -> Result<(), IntakeError> {
+        for i in items {
+            self.step(Step::Persist, started, &Some(i.receipt.trace_id.clone()))?;
+        }
+        let Some(store) = &self.store else {
+            return Ok(());
+        };
+        let trace = (items.len() == 1).then(|| items[0].receipt.trace_id.clone());
+        let fail = |m: &str| {
+            let mut e = IntakeError::new(IntakeErrorCode::IntakeFailed, m);
+            e.trace_id = trace.clone();
+            e
+        };
+        let g = store.lock().map_err(|_| fail("intake processing failed"))?;
+        let commands: Vec<Value> = items.iter().map(|i| command_value(&i.command)).collect();
+        let rows: Vec<(&Receipt, Option<&Value>)> = items
+            .iter()
+            .zip(&commands)
+            .map(|(i, c)| (&i.receipt, Some(c)))
+            .collect();
+        g.append_all(&rows)
+            .map_err(|_| fail("evidence could not be persisted"))
+    }
+
+    /// Everything up to a sealed receipt (normalize, rules, bind, sign); not persisted.
+    fn evaluate(
+        &self,
+        parse: impl FnOnce() -> Result<Command, IntakeError>,
+        audience: Option<&str>,
+        started: Instant,
+    ) -> Result<IssuedReceipt, IntakeError> {
         self.step(Step::Normalize, started, &None)?;
         let cmd = parse()?;
         let trace = Some(cmd.trace_id.clone());
@@ -390,14 +554,19 @@ impl Verifier {
             manifest: &self.manifest,
             now,
         };
-        let mut summary = Vec::with_capacity(self.rules.len());
+        let mut summary = String::with_capacity(32 * self.rules.len());
         let mut verdict = Verdict::Allow;
         let mut reason = String::new();
         let mut challenge = None;
         let mut comparison = None;
         for r in &self.rules {
             let o = r.evaluate(&ctx);
-            summary.push(format!("{}={}", r.name(), o.verdict.as_str()));
+            if !summary.is_empty() {
+                summary.push('|');
+            }
+            summary.push_str(r.name());
+            summary.push('=');
+            summary.push_str(o.verdict.as_str());
             // Deny dominates escalate dominates allow; the first reason of the
             // strongest verdict is reported.
             let stronger = matches!(
@@ -424,17 +593,22 @@ impl Verifier {
                 .open_indeterminate
                 .lock()
                 .map_err(|_| fail("intake processing failed"))?;
-            if let Some(t) = open.get(&format!("{}|{}", cmd.agent_id, action)) {
+            // The key is only built when some outcome is open (rare).
+            if let Some(t) = (!open.is_empty())
+                .then(|| open.get(&format!("{}|{}", cmd.agent_id, action)))
+                .flatten()
+            {
                 verdict = Verdict::Deny;
                 reason = format!("indeterminate_outcome_open: {t}");
             }
         }
-        {
+        let mut open = self
+            .open_challenges
+            .lock()
+            .map_err(|_| fail("intake processing failed"))?;
+        // Only touched when a challenge is open or being issued (rare).
+        if !open.is_empty() || challenge.is_some() {
             let key = format!("{}|{}", cmd.agent_id, action);
-            let mut open = self
-                .open_challenges
-                .lock()
-                .map_err(|_| fail("intake processing failed"))?;
             if let Some(deadline) = open.get(&key).copied() {
                 if now > deadline {
                     // §4.7 step 6: evidence arriving after expires_at does not
@@ -459,19 +633,23 @@ impl Verifier {
                 open.insert(key, deadline);
             }
         }
-        let request = json!({
-            "agent_id": cmd.agent_id, "tool": cmd.tool, "params": cmd.params,
-            "timestamp": cmd.timestamp, "trace_id": cmd.trace_id,
-        });
+        drop(open);
         let request_hash = format!(
             "sha256:{}",
-            jcs_sha256_hex(&request).map_err(|_| fail("intake processing failed"))?
+            sha256_hex(
+                request_canonical(&cmd)
+                    .map_err(|_| fail("intake processing failed"))?
+                    .as_bytes()
+            )
         );
-        let rc = cmd.runtime_context.clone().unwrap_or_else(|| json!({}));
-        let runtime_context_hash = format!(
-            "sha256:{}",
-            jcs_sha256_hex(&rc).map_err(|_| fail("intake processing failed"))?
-        );
+        let runtime_context_hash = match &cmd.runtime_context {
+            Some(rc) => format!(
+                "sha256:{}",
+                jcs_sha256_hex(rc).map_err(|_| fail("intake processing failed"))?
+            ),
+            // No runtime context hashes as the empty object.
+            None => EMPTY_OBJECT_HASH.to_string(),
+        };
         let (previous_receipt_hash, parent_trace_id) = match &cmd.delegation_chain {
             Some(d) => (
                 d.get("previous_receipt_hash")
@@ -483,8 +661,10 @@ impl Verifier {
             ),
             None => (None, None),
         };
-        let mut nonce = [0u8; 16];
-        OsRng.fill_bytes(&mut nonce);
+        let nonce = self
+            .nonces
+            .next()
+            .map_err(|_| fail("intake processing failed"))?;
         let sequence = self.sequence.fetch_add(1, Ordering::SeqCst);
         let mut receipt = Receipt {
             trace_id: cmd.trace_id.clone(),
@@ -492,7 +672,7 @@ impl Verifier {
             timestamp: now,
             tool: cmd.tool.clone(),
             params_hash,
-            rule_summary: summary.join("|"),
+            rule_summary: summary,
             receipt: String::new(),
             verified_at: now,
             block_reason: if verdict == Verdict::Allow {
@@ -507,7 +687,7 @@ impl Verifier {
             config_hash: self.config_hash.clone(),
             issuer: self.settings.issuer.clone(),
             audience: audience.unwrap_or(&self.settings.audience).to_string(),
-            nonce: hex::encode(nonce),
+            nonce,
             sequence,
             issued_at: now,
             expires_at: now + self.settings.ttl_secs,
@@ -531,17 +711,10 @@ impl Verifier {
             .seal_dual(&self.keys, self.next_keys())
             .map_err(|_| fail("intake processing failed"))?;
 
-        self.step(Step::Persist, started, &trace)?;
-        if let Some(store) = &self.store {
-            let g = store.lock().map_err(|_| fail("intake processing failed"))?;
-            g.append(&receipt, Some(&command_value(&cmd)))
-                .map_err(|_| fail("evidence could not be persisted"))?;
-        }
-        let latency_us = started.elapsed().as_micros() as u64;
         Ok(IssuedReceipt {
             receipt,
             command: cmd,
-            latency_us,
+            latency_us: 0,
         })
     }
 
@@ -606,5 +779,48 @@ impl Verifier {
             return Err(EvidenceError::SignatureInvalid);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ccs_6_1_direct_request_writer_equals_generic_jcs() {
+        for (params, ts, agent) in [
+            (json!({"q": "weather", "n": 10}), 1722384000.0, "agent"),
+            (
+                json!({"é\u{301}": ["x", 1.5, null, {"b": 1, "a": "\u{2028}"}]}),
+                1722384000.123456,
+                "agent \"quoted\" ü",
+            ),
+            (json!({}), 0.0, "a"),
+        ] {
+            let c = intake::parse_value(&json!({"intake_version": "1.3", "agent_id": agent,
+                "tool": "t\u{e9}", "params": params, "timestamp": ts, "trace_id": "tr\\1"}))
+            .unwrap();
+            let generic = json!({"agent_id": c.agent_id, "tool": c.tool, "params": c.params,
+                "timestamp": c.timestamp, "trace_id": c.trace_id});
+            assert_eq!(
+                request_canonical(&c).unwrap(),
+                canonicalize(&generic).unwrap()
+            );
+        }
+        assert_eq!(
+            EMPTY_OBJECT_HASH,
+            format!("sha256:{}", jcs_sha256_hex(&json!({})).unwrap())
+        );
+    }
+
+    #[test]
+    fn nonces_are_distinct_across_pool_refills() {
+        let p = NoncePool::new();
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..600 {
+            let n = p.next().unwrap();
+            assert_eq!(n.len(), 32);
+            assert!(seen.insert(n));
+        }
     }
 }

@@ -21,7 +21,19 @@ pub fn canonical_bytes(v: &Value) -> Result<Vec<u8>, EvidenceError> {
 
 /// Lowercase hex SHA-256 of arbitrary bytes.
 pub fn sha256_hex(data: &[u8]) -> String {
-    hex::encode(Sha256::digest(data))
+    hex_lower(&Sha256::digest(data))
+}
+
+/// Lowercase hex of bytes (hot path: one table lookup per nibble, one allocation).
+pub fn hex_lower(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = Vec::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(DIGITS[usize::from(b >> 4)]);
+        out.push(DIGITS[usize::from(b & 0x0f)]);
+    }
+    // Only ASCII digits were pushed.
+    String::from_utf8(out).unwrap_or_default()
 }
 
 /// Lowercase hex SHA-256 of the JCS form of a value.
@@ -219,6 +231,13 @@ pub fn write_es6(f: f64, out: &mut String) -> Result<(), EvidenceError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hex_lower_matches_hex_crate() {
+        let all: Vec<u8> = (0..=255).collect();
+        assert_eq!(hex_lower(&all), hex::encode(&all));
+        assert_eq!(hex_lower(&[]), "");
+    }
     use serde_json::json;
 
     #[test]

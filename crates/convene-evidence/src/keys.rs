@@ -4,10 +4,12 @@ use crate::error::EvidenceError;
 use crate::jcs::sha256_hex;
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
-use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
+use ed25519_dalek::hazmat::{raw_sign, ExpandedSecretKey};
+use ed25519_dalek::{Signature, SigningKey, Verifier, VerifyingKey};
 use rand_core::{OsRng, RngCore};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Verifier key material: an Ed25519 key pair plus the L0 HMAC secret.
 #[derive(Clone)]
@@ -15,6 +17,9 @@ pub struct KeyMaterial {
     /// Stable key identifier bound into the canonical configuration.
     pub key_id: String,
     signing: SigningKey,
+    /// SHA-512 expansion of the seed, computed once instead of at every signature.
+    expanded: Arc<ExpandedSecretKey>,
+    fingerprint: String,
     hmac_secret: [u8; 32],
 }
 
@@ -29,7 +34,7 @@ impl std::fmt::Debug for KeyMaterial {
 }
 
 /// On-disk form of a private key file (JSON).
-#[derive(Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize)]
 pub struct KeyFile {
     /// Key identifier.
     pub key_id: String,
@@ -41,6 +46,9 @@ pub struct KeyFile {
     pub public_key: String,
     /// 16-hex fingerprint of the public key.
     pub fingerprint: String,
+    /// A §7.3 rotation in progress (`evidence rotate`); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotation: Option<crate::rotation::Rotation>,
 }
 
 impl KeyMaterial {
@@ -50,20 +58,19 @@ impl KeyMaterial {
         OsRng.fill_bytes(&mut seed);
         let mut hmac_secret = [0u8; 32];
         OsRng.fill_bytes(&mut hmac_secret);
-        let signing = SigningKey::from_bytes(&seed);
-        let fp = fingerprint_of(&signing.verifying_key());
-        Self {
-            key_id: key_id.unwrap_or_else(|| format!("key-{fp}")),
-            signing,
-            hmac_secret,
-        }
+        let mut k = Self::from_secrets("", seed, hmac_secret);
+        k.key_id = key_id.unwrap_or_else(|| format!("key-{}", k.fingerprint));
+        k
     }
 
     /// Build from known secrets (test vectors, key files).
     pub fn from_secrets(key_id: &str, seed: [u8; 32], hmac_secret: [u8; 32]) -> Self {
+        let signing = SigningKey::from_bytes(&seed);
         Self {
             key_id: key_id.to_string(),
-            signing: SigningKey::from_bytes(&seed),
+            expanded: Arc::new(ExpandedSecretKey::from(&seed)),
+            fingerprint: fingerprint_of(&signing.verifying_key()),
+            signing,
             hmac_secret,
         }
     }
@@ -75,7 +82,7 @@ impl KeyMaterial {
 
     /// 16-hex fingerprint: first 16 hex of sha256(raw public key).
     pub fn fingerprint(&self) -> String {
-        fingerprint_of(&self.public())
+        self.fingerprint.clone()
     }
 
     /// HMAC secret bytes (shared-secret deployments only).
@@ -85,7 +92,9 @@ impl KeyMaterial {
 
     /// Sign bytes with Ed25519.
     pub fn sign(&self, msg: &[u8]) -> Signature {
-        self.signing.sign(msg)
+        // RFC 8032 signing with the cached expansion; byte-identical to SigningKey::sign
+        // (held by keys::tests::cached_expansion_signs_like_signing_key).
+        raw_sign::<sha2::Sha512>(&self.expanded, msg, self.signing.as_ref())
     }
 
     /// Serialize to a key file.
@@ -96,6 +105,7 @@ impl KeyMaterial {
             hmac_secret_hex: hex::encode(self.hmac_secret),
             public_key: B64.encode(self.public().to_bytes()),
             fingerprint: self.fingerprint(),
+            rotation: None,
         }
     }
 
@@ -272,10 +282,7 @@ impl TrustStore {
                 "overlap window must be >= 2x max receipt lifetime".into(),
             ));
         }
-        let k = self
-            .keys
-            .get_mut(old_fp)
-            .ok_or_else(|| EvidenceError::Key("unknown key".into()))?;
+        let k = self.unrevoked(old_fp)?;
         k.state = KeyState::Retiring;
         k.retire_after = Some(cutover_at);
         Ok(())
@@ -283,12 +290,21 @@ impl TrustStore {
 
     /// Phase 4 (retire): the old key is no longer accepted at all.
     pub fn retire(&mut self, fp: &str) -> Result<(), EvidenceError> {
+        self.unrevoked(fp)?.state = KeyState::Retired;
+        Ok(())
+    }
+
+    /// An enrolled key that may still change phase: revocation is final, so a revoked
+    /// key can never be made Retiring (usable again) or Retired (re-enrollable).
+    fn unrevoked(&mut self, fp: &str) -> Result<&mut EnrolledKey, EvidenceError> {
         let k = self
             .keys
             .get_mut(fp)
             .ok_or_else(|| EvidenceError::Key("unknown key".into()))?;
-        k.state = KeyState::Retired;
-        Ok(())
+        if k.state == KeyState::Revoked {
+            return Err(EvidenceError::Key("key was revoked".into()));
+        }
+        Ok(k)
     }
 
     /// Revoke a compromised trust anchor (§14); it can never be re-enrolled.
@@ -379,6 +395,17 @@ mod tests {
     }
 
     #[test]
+    fn cached_expansion_signs_like_signing_key() {
+        use ed25519_dalek::Signer;
+        for n in [0usize, 1, 64, 900, 5000] {
+            let k = KeyMaterial::generate(None);
+            let msg: Vec<u8> = (0..n).map(|i| (i * 7 + n) as u8).collect();
+            assert_eq!(k.sign(&msg), k.signing.sign(&msg));
+            assert!(k.public().verify(&msg, &k.sign(&msg)).is_ok());
+        }
+    }
+
+    #[test]
     fn key_file_round_trip_and_tamper() {
         let a = KeyMaterial::generate(Some("k1".into()));
         let mut f = a.to_file();
@@ -430,6 +457,11 @@ mod tests {
         ts.retire(&old.fingerprint()).unwrap();
         assert!(ts.key_for("i", &old.fingerprint(), 99.0).is_none());
         ts.revoke(&new.fingerprint()).unwrap();
+        assert!(ts.key_for("i", &new.fingerprint(), 10.0).is_none());
+        // Revocation is final: no later phase change brings the key back.
+        assert!(ts.retire(&new.fingerprint()).is_err());
+        assert!(ts.cutover(&new.fingerprint(), 100.0, 120.0, 60.0).is_err());
+        assert!(ts.activate(&new.fingerprint()).is_err());
         assert!(ts.key_for("i", &new.fingerprint(), 10.0).is_none());
         assert!(!ts.has_anchor(&new.fingerprint()));
         assert!(ts

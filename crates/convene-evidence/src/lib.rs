@@ -17,6 +17,7 @@ pub mod jcs;
 pub mod keys;
 pub mod l1;
 pub mod receipt;
+pub mod rotation;
 pub mod rules;
 pub mod server;
 pub mod store;

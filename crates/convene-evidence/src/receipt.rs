@@ -134,6 +134,10 @@ pub struct Cosignature {
     pub signing_key_fingerprint: String,
     /// Ed25519 signature, 128 hex, over the same bytes as the primary `signature`.
     pub signature: String,
+    /// L0 HMAC by the incoming key's secret over the same §4.2 bytes as the primary
+    /// `receipt` (32 hex), so consumers holding only the new shared secret can check it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receipt: Option<String>,
 }
 
 fn is_lower_hex(s: &str, len: usize) -> bool {
@@ -141,6 +145,29 @@ fn is_lower_hex(s: &str, len: usize) -> bool {
 }
 
 type HmacSha256 = Hmac<Sha256>;
+
+/// First 32 hex of HMAC-SHA256(secret, msg).
+fn hmac_hex(secret: &[u8], msg: &[u8]) -> String {
+    // new_from_slice only fails for invalid key lengths, which HMAC has none of.
+    let Ok(mut mac) = HmacSha256::new_from_slice(secret) else {
+        return String::new();
+    };
+    mac.update(msg);
+    crate::jcs::hex_lower(&mac.finalize().into_bytes()[..16])
+}
+
+/// Constant-time check of a 32-hex truncated HMAC-SHA256 tag.
+fn hmac_ok(secret: &[u8], msg: &[u8], tag: &str) -> bool {
+    let mut want = [0u8; 16];
+    if tag.len() != 32 || hex::decode_to_slice(tag, &mut want).is_err() {
+        return false;
+    }
+    let Ok(mut mac) = HmacSha256::new_from_slice(secret) else {
+        return false;
+    };
+    mac.update(msg);
+    mac.verify_truncated_left(&want).is_ok()
+}
 
 impl Receipt {
     /// The §4.2 extended signing payload string.
@@ -183,26 +210,24 @@ impl Receipt {
 
     /// L0 HMAC: first 32 hex of HMAC-SHA256(secret, signed bytes).
     pub fn compute_hmac(&self, secret: &[u8]) -> String {
-        // new_from_slice only fails for invalid key lengths, which HMAC has none of.
-        let mut mac = match HmacSha256::new_from_slice(secret) {
-            Ok(m) => m,
-            Err(_) => return String::new(),
-        };
-        mac.update(self.signed_bytes().as_bytes());
-        hex::encode(&mac.finalize().into_bytes()[..16])
+        hmac_hex(secret, self.signed_bytes().as_bytes())
     }
 
     /// Constant-time check of the L0 HMAC.
     pub fn verify_hmac(&self, secret: &[u8]) -> bool {
-        let mut want = [0u8; 16];
-        if self.receipt.len() != 32 || hex::decode_to_slice(&self.receipt, &mut want).is_err() {
-            return false;
-        }
-        let Ok(mut mac) = HmacSha256::new_from_slice(secret) else {
-            return false;
-        };
-        mac.update(self.signed_bytes().as_bytes());
-        mac.verify_truncated_left(&want).is_ok()
+        hmac_ok(secret, self.signed_bytes().as_bytes(), &self.receipt)
+    }
+
+    /// Constant-time check of the L0 HMAC, accepting the cosignature's HMAC too (§7.3
+    /// overlap): true if either was made with `secret` over the §4.2 bytes.
+    pub fn verify_any_hmac(&self, secret: &[u8]) -> bool {
+        let payload = self.signed_bytes();
+        hmac_ok(secret, payload.as_bytes(), &self.receipt)
+            || self
+                .cosignature
+                .as_ref()
+                .and_then(|c| c.receipt.as_deref())
+                .is_some_and(|tag| hmac_ok(secret, payload.as_bytes(), tag))
     }
 
     /// Canonical bytes covered by the Ed25519 signature (all fields but `signature`).
@@ -243,7 +268,13 @@ impl Receipt {
         // primary signature's payload.
         if let (true, Some(c)) = (with_signature, &self.cosignature) {
             key(&mut o, "cosignature");
-            o.push_str("{\"signature\":");
+            o.push('{');
+            if let Some(tag) = &c.receipt {
+                o.push_str("\"receipt\":");
+                write_string(tag, &mut o);
+                o.push(',');
+            }
+            o.push_str("\"signature\":");
             write_string(&c.signature, &mut o);
             o.push_str(",\"signing_key_fingerprint\":");
             write_string(&c.signing_key_fingerprint, &mut o);
@@ -318,12 +349,14 @@ impl Receipt {
         keys: &KeyMaterial,
         next: Option<&KeyMaterial>,
     ) -> Result<(), EvidenceError> {
-        self.receipt = self.compute_hmac(keys.hmac_secret());
+        let l0 = self.signed_bytes();
+        self.receipt = hmac_hex(keys.hmac_secret(), l0.as_bytes());
         let payload = self.signature_payload()?;
-        self.signature = hex::encode(keys.sign(payload.as_bytes()).to_bytes());
+        self.signature = crate::jcs::hex_lower(&keys.sign(payload.as_bytes()).to_bytes());
         self.cosignature = next.map(|n| Cosignature {
             signing_key_fingerprint: n.fingerprint(),
-            signature: hex::encode(n.sign(payload.as_bytes()).to_bytes()),
+            signature: crate::jcs::hex_lower(&n.sign(payload.as_bytes()).to_bytes()),
+            receipt: Some(hmac_hex(n.hmac_secret(), l0.as_bytes())),
         });
         Ok(())
     }
@@ -443,6 +476,7 @@ mod tests {
             cosignature: Some(Cosignature {
                 signing_key_fingerprint: "0123456789abcdef".into(),
                 signature: "ee".repeat(64),
+                receipt: Some("\u{e9}d".repeat(16)),
             }),
         }
     }
@@ -461,6 +495,10 @@ mod tests {
     fn ccs_14_1_direct_canonical_writer_equals_generic_jcs() {
         let mut r = sample();
         assert_eq!(r.canonical(false).unwrap(), generic(&r, false));
+        assert_eq!(r.canonical(true).unwrap(), generic(&r, true));
+        if let Some(c) = r.cosignature.as_mut() {
+            c.receipt = None;
+        }
         assert_eq!(r.canonical(true).unwrap(), generic(&r, true));
         r.outcome_status = None;
         r.previous_receipt_hash = None;

@@ -3,8 +3,22 @@
 use crate::config::{challenge, compare_profile, profile_rank, ChallengePolicy, Manifest};
 use crate::intake::Command;
 use crate::receipt::Verdict;
+use aho_corasick::AhoCorasick;
 use serde_json::Value;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::OnceLock;
+
+/// One automaton over `patterns`, built on first use: a single pass over a string tells
+/// whether any pattern occurs, so clean input (the common case) costs one scan instead of
+/// one substring search per pattern. `None` only if the automaton cannot be built, and
+/// then callers fall back to their exact per-pattern scan.
+fn prefilter<'p>(
+    cell: &'static OnceLock<Option<AhoCorasick>>,
+    patterns: impl IntoIterator<Item = &'p str>,
+) -> Option<&'static AhoCorasick> {
+    cell.get_or_init(|| AhoCorasick::new(patterns).ok())
+        .as_ref()
+}
 
 /// What a rule sees.
 pub struct RuleContext<'a> {
@@ -205,6 +219,10 @@ impl Rule for SsrfProtection {
         let mut all = Vec::new();
         strings(&ctx.cmd.params, None, &mut all);
         for (_, s) in all {
+            // Every scheme this rule refuses contains ':'; text without one holds no URL.
+            if !s.contains(':') {
+                continue;
+            }
             // URLs may be embedded in free text, so test every token.
             for tok in s.split_whitespace() {
                 let tok = tok.trim_matches(|c: char| {
@@ -278,6 +296,8 @@ impl Rule for RceProtection {
     fn evaluate(&self, ctx: &RuleContext<'_>) -> RuleOutcome {
         let mut all = Vec::new();
         strings(&ctx.cmd.params, None, &mut all);
+        static AC: OnceLock<Option<AhoCorasick>> = OnceLock::new();
+        let ac = prefilter(&AC, RCE_PATTERNS.iter().map(|(p, _)| *p));
         let mut norm = String::new();
         for (_, s) in all {
             // Collapse whitespace runs so "rm   -rf  /" cannot dodge the match.
@@ -288,6 +308,10 @@ impl Rule for RceProtection {
                 }
                 norm.extend(w.chars().map(|c| c.to_ascii_lowercase()));
             }
+            if ac.is_some_and(|ac| !ac.is_match(&norm)) {
+                continue;
+            }
+            // Something matched: report the first pattern in table order, as always.
             for (pat, what) in RCE_PATTERNS {
                 if norm.contains(pat) {
                     return RuleOutcome::deny(format!("RCE pattern detected: {what}"));
@@ -341,8 +365,31 @@ fn secret_key_name(k: &str) -> bool {
     })
 }
 
+/// A necessary substring of every finding of [`CredentialLeak::scan`].
+const CREDENTIAL_MARKERS: &[&str] = &[
+    "AKIA",
+    "-----BEGIN",
+    "ghp_",
+    "gho_",
+    "ghs_",
+    "github_pat_",
+    "xoxb-",
+    "xoxp-",
+    "xoxa-",
+    "xoxs-",
+    "sk_live_",
+    "rk_live_",
+    "sk-",
+    "eyJ",
+    "=",
+];
+
 impl CredentialLeak {
     fn scan(s: &str) -> Option<&'static str> {
+        static AC: OnceLock<Option<AhoCorasick>> = OnceLock::new();
+        if prefilter(&AC, CREDENTIAL_MARKERS.iter().copied()).is_some_and(|ac| !ac.is_match(s)) {
+            return None;
+        }
         if has_prefixed_token(s, "AKIA", 16, |c| {
             c.is_ascii_uppercase() || c.is_ascii_digit()
         }) {

@@ -53,6 +53,30 @@ impl EvidenceStore {
         Ok(Self { conn })
     }
 
+    /// Append receipts (each with the command that produced it, if any) in one
+    /// transaction: all or none are stored, with one durable commit.
+    pub fn append_all(&self, rows: &[(&Receipt, Option<&Value>)]) -> Result<(), EvidenceError> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        if let [(r, c)] = rows {
+            // A single row commits on its own (autocommit): no explicit transaction needed.
+            return self.append(r, *c).map(|_| ());
+        }
+        let tx = self.conn.unchecked_transaction()?;
+        for (r, c) in rows {
+            self.append(r, *c)?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Run raw SQL on the store (tests: installing failure triggers).
+    #[cfg(test)]
+    pub(crate) fn execute_batch_for_test(&self, sql: &str) -> Result<(), EvidenceError> {
+        Ok(self.conn.execute_batch(sql)?)
+    }
+
     /// Append a receipt (and optionally the command that produced it).
     pub fn append(&self, r: &Receipt, command: Option<&Value>) -> Result<String, EvidenceError> {
         let h = r.receipt_hash()?;

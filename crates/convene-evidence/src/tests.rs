@@ -1075,3 +1075,197 @@ fn ccs_6_8_replay_cache_file_with_older_rowid_schema_keeps_working() {
     assert!(!rc.check_and_insert("https://i", "n1", 10.0).unwrap());
     assert!(rc.check_and_insert("https://j", "n1", 10.0).unwrap());
 }
+
+#[test]
+fn ccs_7_3_1_dual_hmac_lets_holders_of_either_secret_check_overlap_receipts() {
+    let (old, new) = (KeyMaterial::generate(None), KeyMaterial::generate(None));
+    let (v, _t) = overlap_verifier(&old, &new);
+    let params = json!({"q":"x"});
+    let r = v
+        .issue(&intake("search_web", params.clone()))
+        .unwrap()
+        .receipt;
+    let tag = r.cosignature.as_ref().and_then(|c| c.receipt.clone());
+    assert_eq!(tag, Some(r.compute_hmac(new.hmac_secret())));
+    assert!(r.verify_hmac(old.hmac_secret()) && !r.verify_hmac(new.hmac_secret()));
+    let shared = |keys: &[&KeyMaterial], secrets: &[&KeyMaterial]| {
+        secrets.iter().fold(consumer(&v, keys), |e, s| {
+            e.with_hmac_secret(&v.settings().issuer, s.hmac_secret())
+        })
+    };
+    // Old pin + old secret, new pin + new secret, both: all accept the overlap receipt.
+    for (keys, secrets) in [
+        (&[&old][..], &[&old][..]),
+        (&[&new][..], &[&new][..]),
+        (&[&old, &new][..], &[&old, &new][..]),
+    ] {
+        assert!(validate_at_issue(&shared(keys, secrets), &r, &params));
+    }
+    // A secret the issuer never used fails the HMAC (step 3), whatever the key.
+    let stranger = KeyMaterial::generate(None);
+    assert!(!validate_at_issue(
+        &shared(&[&new], &[&stranger]),
+        &r,
+        &params
+    ));
+    // A forged cosignature HMAC does not pass for holders of the new secret only.
+    let mut forged = r.clone();
+    let bad_tag = forged.compute_hmac(stranger.hmac_secret());
+    if let Some(c) = forged.cosignature.as_mut() {
+        c.receipt = Some(bad_tag);
+    }
+    assert!(!validate_at_issue(
+        &shared(&[&new], &[&new]),
+        &forged,
+        &params
+    ));
+    // Stripping it leaves holders of the old secret unaffected.
+    let mut stripped = r.clone();
+    if let Some(c) = stripped.cosignature.as_mut() {
+        c.receipt = None;
+    }
+    assert!(validate_at_issue(
+        &shared(&[&old], &[&old]),
+        &stripped,
+        &params
+    ));
+    assert!(!validate_at_issue(
+        &shared(&[&new], &[&new]),
+        &stripped,
+        &params
+    ));
+}
+
+#[test]
+fn ccs_7_3_announce_manifest_names_incoming_key_and_is_bound() {
+    let (old, new) = (KeyMaterial::generate(None), KeyMaterial::generate(None));
+    let plain = Verifier::new(VerifierSettings::default(), old.clone(), default_rules()).unwrap();
+    assert!(plain.manifest().next_signing_key.is_none());
+    let v = Verifier::new(VerifierSettings::default(), old.clone(), default_rules())
+        .unwrap()
+        .with_next_key_since(new.clone(), 1000.0)
+        .unwrap();
+    let m = v.manifest();
+    let n = m.next_signing_key.as_ref().unwrap();
+    assert_eq!(n.signing_key_fingerprint, new.fingerprint());
+    assert_eq!(n.public_key, b64(&new));
+    assert_eq!((n.dual_sign_since, n.effective_at), (1000, 1120));
+    // Signed by the current key, and bound into config_hash through manifest_hash.
+    assert!(m.verify(&old.public(), m.published_at as f64));
+    assert_eq!(
+        v.config().manifest_hash.as_deref(),
+        Some(m.hash().unwrap().as_str())
+    );
+    let mut tampered = m.clone();
+    tampered.next_signing_key.as_mut().unwrap().public_key = b64(&old);
+    assert!(!tampered.verify(&old.public(), m.published_at as f64));
+}
+
+#[test]
+fn ccs_12_2_step5_action_must_match_exactly() {
+    let v = verifier();
+    let params = json!({"q":"x"});
+    let exp = Expected {
+        tool: "search_web",
+        params: &params,
+    };
+    let base = v
+        .issue(&intake("search_web", params.clone()))
+        .unwrap()
+        .receipt;
+    let good = base.action.clone();
+    let hash = base.params_hash.clone();
+    // Correctly signed by the issuer, but the action does not bind this call exactly.
+    for action in [
+        format!("{good}0"),
+        format!("ccs:tool-invoke:search_web::{hash}"),
+        format!("ccs:tool-invoke:search_we:{hash}"),
+        format!("ccs:tool-invoke:search_web:{}", &hash[1..]),
+        format!("ccs:tool-call:search_web:{hash}"),
+        hash.clone(),
+    ] {
+        let mut r = base.clone();
+        r.action = action;
+        r.nonce = format!("{:032x}", r.action.len());
+        r.seal(v.keys()).unwrap();
+        let e = enforcer_for(&v, &v.settings().audience);
+        assert_eq!(
+            e.validate(&r, &exp, r.issued_at)
+                .unwrap_err()
+                .failure_category,
+            FailureCategory::BindingMismatch,
+            "{}",
+            r.action
+        );
+    }
+    let e = enforcer_for(&v, &v.settings().audience);
+    assert!(e.validate(&base, &exp, base.issued_at).is_ok());
+}
+
+#[test]
+fn ccs_11_1_batch_is_persisted_in_one_transaction_before_any_receipt_is_returned() {
+    let batch = |traces: &[&str]| -> Vec<Value> {
+        traces
+            .iter()
+            .map(|t| {
+                let mut i = intake("search_web", json!({"q": t}));
+                i["trace_id"] = json!(t);
+                i
+            })
+            .collect()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let v = verifier()
+        .with_store(EvidenceStore::open(&dir.path().join("ev.db")).unwrap())
+        .unwrap();
+    // One malformed intake fails alone; the others are issued and stored, in order.
+    let mut items = batch(&["a", "b", "c"]);
+    items[1]["params"] = json!("not an object");
+    let out = v.issue_batch(&items);
+    assert_eq!(
+        out[1].as_ref().unwrap_err().code,
+        IntakeErrorCode::IntakeMalformed
+    );
+    let (a, c) = (out[0].as_ref().unwrap(), out[2].as_ref().unwrap());
+    assert_eq!(c.receipt.sequence, a.receipt.sequence + 1);
+    assert_eq!(v.with_store_ref(|s| s.count().unwrap()), Some(2));
+    for r in [a, c] {
+        let stored = v.with_store_ref(|s| s.by_trace(&r.receipt.trace_id).unwrap());
+        assert_eq!(stored, Some(vec![r.receipt.clone()]));
+    }
+    // The store refuses the second row mid-transaction: the first is rolled back too,
+    // and no receipt of the batch is returned.
+    v.with_store_ref(|s| {
+        s.execute_batch_for_test(
+            "CREATE TRIGGER refuse_e BEFORE INSERT ON receipts WHEN NEW.trace_id = 'e'
+             BEGIN SELECT RAISE(ABORT, 'disk full'); END;",
+        )
+        .unwrap()
+    });
+    let out = v.issue_batch(&batch(&["d", "e", "f"]));
+    for (r, t) in out.iter().zip(["d", "e", "f"]) {
+        let e = r.as_ref().unwrap_err();
+        assert_eq!(e.code, IntakeErrorCode::IntakeFailed);
+        assert_eq!(e.trace_id.as_deref(), Some(t));
+        assert!(!e.to_response().to_string().contains("disk full"));
+    }
+    assert_eq!(v.with_store_ref(|s| s.count().unwrap()), Some(2));
+    // A fault (or panic) at the Persist step of any item blocks the whole batch.
+    for panic in [false, true] {
+        let hook: FaultHook = Arc::new(move |s: Step| {
+            if s == Step::Persist {
+                if panic {
+                    panic!("injected");
+                }
+                return Err("injected".into());
+            }
+            Ok(())
+        });
+        let v = verifier_with_store().with_fault(hook);
+        assert!(v
+            .issue_batch(&batch(&["g", "h"]))
+            .iter()
+            .all(Result::is_err));
+        assert_eq!(v.with_store_ref(|s| s.count().unwrap()), Some(0));
+    }
+}

@@ -202,13 +202,12 @@ pub(super) fn set_typing(s: &mut Session, payload: Map<String, Value>) -> Result
     Ok(json!({}))
 }
 
-/// The agent's last connection closed: pass its turn tokens on. It stays a member for the
-/// reconnect window.
+/// The agent's last connection closed: pass its turn tokens on. It stays a member, and
+/// keeps any leadership, for the reconnect window (the reaper ends both).
 pub(super) async fn went_offline(face: &Face, agent: &str) {
     for (gid, _) in rooms_of(face, agent) {
         live::turn_event(face, &gid, agent, "disconnected");
     }
-    super::coord::went_offline(face, agent).await;
 }
 
 /// The reconnect window ran out: the agent leaves every room.

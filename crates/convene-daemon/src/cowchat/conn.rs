@@ -23,7 +23,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::JoinHandle;
 
-use super::{agents, coord, messages, rooms, Face};
+use super::{agents, coord, messages, rooms, webhooks, Face};
 use crate::ipc::Trust;
 
 /// Outbound frames queued per connection before producers wait.
@@ -436,6 +436,10 @@ async fn handle(s: &mut Session, f: Frame) -> bool {
                 Err(e) => s.out.error(rid, &e).await,
             }
         }
+        "subscribe" => webhooks::subscribe(s, p).await,
+        "unsubscribe" => webhooks::unsubscribe(s, p).await,
+        "list_subscriptions" => webhooks::list_subscriptions(s, p).await,
+        "enable_subscription" => webhooks::enable_subscription(s, p).await,
         t => Err(WireError::new(
             ErrorCode::UnknownType,
             format!("unknown frame type: {t}"),

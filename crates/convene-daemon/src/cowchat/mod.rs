@@ -12,6 +12,7 @@ mod live;
 mod messages;
 mod push;
 mod rooms;
+pub mod webhooks;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -65,6 +66,8 @@ pub struct Face {
     rooms_lock: tokio::sync::Mutex<()>,
     /// Votes, elections, leaders and tasks (projection of the `x.cowchat.*` events).
     coord: coord::Coord,
+    /// Webhook subscriptions, once `webhooks::attach` ran.
+    hooks: std::sync::OnceLock<Arc<webhooks::Hooks>>,
 }
 
 impl Face {
@@ -77,6 +80,7 @@ impl Face {
             live: Mutex::new(live::Live::default()),
             rooms_lock: tokio::sync::Mutex::new(()),
             coord: coord::Coord::new(),
+            hooks: std::sync::OnceLock::new(),
         });
         rooms::ensure_lobby(&face).await;
         coord::start(&face).await;

@@ -104,9 +104,9 @@ pub(super) fn check_member(face: &Face, room: &str, agent: &str) -> Result<(), W
 }
 
 /// Rebuilds the projection from every room's coordination events, then settles what came
-/// due while the daemon was down and arms the remaining timers. Leaders are cleared: every
-/// connection closed when the daemon stopped, and leadership ends when its holder
-/// disconnects.
+/// due while the daemon was down and arms the remaining timers. Leaders stay: like every
+/// member they get the reconnect window from startup, and leadership ends when it runs out
+/// (`member_gone`).
 pub(super) async fn start(face: &Arc<Face>) {
     let rooms: Vec<String> = {
         let eng = face.d.ledger.engine();
@@ -158,16 +158,6 @@ pub(super) async fn start(face: &Arc<Face>) {
             return;
         }
     }
-    let leaders: Vec<(String, String)> = {
-        let st = face.coord.state.lock();
-        st.leaders
-            .iter()
-            .map(|(r, (l, _))| (r.clone(), l.clone()))
-            .collect()
-    };
-    for (room, leader) in leaders {
-        clear_leader(face, &room, &leader, "leader disconnected").await;
-    }
     votes::arm_all(face);
     elections::arm_all(face);
 }
@@ -180,21 +170,6 @@ pub(super) async fn member_gone(face: &Face, room: &str, agent: &str, reason: &s
         "leader disconnected"
     };
     clear_leader(face, room, agent, why).await;
-}
-
-/// The agent's last connection closed: it stops leading every room it led.
-pub(super) async fn went_offline(face: &Face, agent: &str) {
-    let led: Vec<String> = {
-        let st = face.coord.state.lock();
-        st.leaders
-            .iter()
-            .filter(|(_, (l, _))| l == agent)
-            .map(|(r, _)| r.clone())
-            .collect()
-    };
-    for room in led {
-        clear_leader(face, &room, agent, "leader disconnected").await;
-    }
 }
 
 /// Appends `x.cowchat.leader.cleared` when `agent` still leads `room`.

@@ -1,0 +1,385 @@
+//! Cowchat webhook subscriptions (Standard Webhooks v1): the `subscribe`, `unsubscribe`,
+//! `list_subscriptions` and `enable_subscription` frames, and the delivery tasks behind
+//! them. Subscriptions live in `<home>/cowchat/webhooks.db`; see docs/cowchat-webhooks.md
+//! for the semantics and limits.
+
+mod deliver;
+mod http;
+mod ssrf;
+mod store;
+mod tls;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use convene_cowchat::{parse, ErrorCode, WireError};
+use parking_lot::Mutex;
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+use tokio::task::JoinHandle;
+
+pub use store::StoreError;
+use store::{Status, Store, Sub};
+
+use super::conn::Session;
+use super::{rooms, Face};
+use crate::Daemon;
+
+/// Subscriptions one principal may own.
+const MAX_SUBS: usize = 256;
+/// Entries in `kinds`, `only_from` or `not_from`.
+const MAX_LIST: usize = 64;
+/// Longest accepted secret.
+const MAX_SECRET: usize = 1024;
+
+/// Webhook delivery settings.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// TEST ONLY: allow loopback/private targets (`serve --cowchat-webhooks-allow-local`).
+    pub allow_local: bool,
+    /// Unit of the retry schedule (+1, +4, +16, +64, +256 units); one second in production.
+    pub retry_unit: Duration,
+    /// One attempt's deadline (connect + TLS + send + status line).
+    pub timeout: Duration,
+    /// TEST ONLY: also trust the PEM CA certificates in this file for https targets
+    /// (`serve --cowchat-webhooks-ca-file`).
+    pub extra_ca: Option<PathBuf>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            allow_local: false,
+            retry_unit: Duration::from_secs(1),
+            timeout: Duration::from_secs(10),
+            extra_ca: None,
+        }
+    }
+}
+
+/// Failures inside the webhook service.
+#[derive(Debug, thiserror::Error)]
+pub enum HookError {
+    /// The subscriptions database failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Reading the ledger failed.
+    #[error(transparent)]
+    Ledger(#[from] convene_core::CoreError),
+    /// A body did not serialize.
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    /// A stored subscription is unusable.
+    #[error("{0}")]
+    Config(String),
+    /// A blocking task died.
+    #[error("task: {0}")]
+    Join(String),
+    /// The TLS client could not be built.
+    #[error("webhooks tls: {0}")]
+    Tls(String),
+}
+
+/// The webhook service of a daemon: the store and one delivery task per active subscription.
+pub struct Hooks {
+    d: Arc<Daemon>,
+    store: Arc<Store>,
+    opts: Options,
+    tls: tls::Tls,
+    tasks: Mutex<HashMap<String, JoinHandle<()>>>,
+}
+
+impl Hooks {
+    /// Runs a store call off the async threads.
+    async fn db<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, HookError> {
+        let st = self.store.clone();
+        Ok(tokio::task::spawn_blocking(move || f(&st))
+            .await
+            .map_err(|e| HookError::Join(e.to_string()))??)
+    }
+
+    /// (Re)starts the delivery task of `sub`, replacing any running one.
+    fn run(self: &Arc<Self>, sub: Sub) {
+        let id = sub.id.clone();
+        let h = deliver::spawn(self.clone(), sub);
+        if let Some(old) = self.tasks.lock().insert(id, h) {
+            old.abort();
+        }
+    }
+
+    fn stop(&self, id: &str) {
+        if let Some(h) = self.tasks.lock().remove(id) {
+            h.abort();
+        }
+    }
+}
+
+/// Opens `<home>/cowchat/webhooks.db` and resumes every active subscription from its
+/// persisted cursor.
+pub fn start(d: Arc<Daemon>, home: &Path, opts: Options) -> Result<Arc<Hooks>, HookError> {
+    if opts.allow_local {
+        tracing::warn!(
+            "cowchat webhooks may reach loopback and private addresses (test-only setting)"
+        );
+    }
+    let tls = tls::Tls::new(opts.extra_ca.as_deref()).map_err(HookError::Tls)?;
+    let store = Arc::new(Store::open(&home.join("cowchat").join("webhooks.db"))?);
+    let active = store.active()?;
+    let hooks = Arc::new(Hooks {
+        d,
+        store,
+        opts,
+        tls,
+        tasks: Mutex::new(HashMap::new()),
+    });
+    for sub in active {
+        hooks.run(sub);
+    }
+    Ok(hooks)
+}
+
+/// Gives the face its webhook service (the frames answer `unavailable` without one).
+pub fn attach(face: &Face, hooks: Arc<Hooks>) {
+    let _ = face.hooks.set(hooks);
+}
+
+/// A list field given as one string or an array of strings.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl OneOrMany {
+    fn list(v: Option<Self>, field: &str) -> Result<Option<Vec<String>>, WireError> {
+        let l = match v {
+            None => return Ok(None),
+            Some(Self::One(s)) => vec![s],
+            Some(Self::Many(l)) => l,
+        };
+        let l: Vec<String> = l.into_iter().filter(|s| !s.is_empty()).collect();
+        if l.len() > MAX_LIST {
+            return Err(WireError::payload(format!(
+                "{field} takes at most {MAX_LIST} entries"
+            )));
+        }
+        Ok(if l.is_empty() { None } else { Some(l) })
+    }
+}
+
+#[derive(Deserialize)]
+struct Subscribe {
+    room_id: String,
+    webhook_url: String,
+    secret: String,
+    kinds: Option<OneOrMany>,
+    only_from: Option<OneOrMany>,
+    not_from: Option<OneOrMany>,
+    exclude_thinking: Option<bool>,
+    since_seq: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct SubRef {
+    subscription_id: String,
+}
+
+#[derive(Deserialize)]
+struct ListSubs {
+    room_id: Option<String>,
+}
+
+/// The wire form of a subscription (never the secret).
+fn sub_value(s: &Sub) -> Value {
+    json!({
+        "subscription_id": s.id,
+        "room_id": s.room_id,
+        "webhook_url": s.url,
+        "kinds": s.kinds,
+        "only_from": s.only_from,
+        "not_from": s.not_from,
+        "exclude_thinking": s.exclude_thinking,
+        "status": s.status.as_str(),
+        "cursor_seq": s.cursor,
+        "failures": s.failures,
+        "created_at": s.created_at,
+    })
+}
+
+/// The caller's API-key principal: subscriptions are owned per key.
+fn principal(s: &Session) -> String {
+    if s.principal.is_empty() {
+        super::keys::PRIMARY.to_string()
+    } else {
+        s.principal.clone()
+    }
+}
+
+fn hooks(s: &Session) -> Result<Arc<Hooks>, WireError> {
+    s.face
+        .hooks
+        .get()
+        .cloned()
+        .ok_or_else(|| WireError::new(ErrorCode::Unavailable, "webhooks are not running"))
+}
+
+fn internal(e: HookError) -> WireError {
+    WireError::new(ErrorCode::Internal, e.to_string())
+}
+
+fn not_found(id: &str) -> WireError {
+    WireError::payload(format!("no subscription {id}"))
+}
+
+/// `subscribe`: validates the room, URL (SSRF guard), secret and filters, stores the
+/// subscription and starts delivering after `since_seq` (default: the room's head).
+pub(in crate::cowchat) async fn subscribe(
+    s: &Session,
+    payload: Map<String, Value>,
+) -> Result<Value, WireError> {
+    let h = hooks(s)?;
+    let p: Subscribe = parse(payload)?;
+    let me = s.agent.as_ref().map(|a| a.id.clone()).unwrap_or_default();
+    let head = {
+        let eng = s.face.d.ledger.engine();
+        let g = rooms::room(&eng, &p.room_id)?;
+        if g.actor(&me).is_none() {
+            return Err(WireError::new(
+                ErrorCode::NotInRoom,
+                format!("join {} to subscribe to it", p.room_id),
+            ));
+        }
+        g.last_seq
+    };
+    let cursor = match &p.since_seq {
+        None | Some(Value::Null) => head,
+        Some(Value::String(t)) if t == "tip" || t == "auto" => head,
+        Some(Value::Number(n)) => n
+            .as_u64()
+            .ok_or_else(|| WireError::payload("since_seq must be >= 0, \"tip\" or \"auto\""))?,
+        Some(_) => {
+            return Err(WireError::payload(
+                "since_seq must be an integer, \"tip\" or \"auto\"",
+            ))
+        }
+    };
+    if p.secret.len() > MAX_SECRET {
+        return Err(WireError::payload(format!(
+            "secret is longer than {MAX_SECRET} bytes"
+        )));
+    }
+    http::secret_key(&p.secret).map_err(WireError::payload)?;
+    let target = ssrf::parse_url(&p.webhook_url).map_err(|e| WireError::payload(e.to_string()))?;
+    if target.tls && !tls::HTTPS {
+        return Err(WireError::payload(
+            "this daemon was built without https webhook support",
+        ));
+    }
+    ssrf::resolve(&target, h.opts.allow_local)
+        .await
+        .map_err(|e| WireError::payload(e.to_string()))?;
+    let sub = Sub {
+        id: format!("sub_{}", uuid::Uuid::now_v7().simple()),
+        principal: principal(s),
+        room_id: p.room_id,
+        url: p.webhook_url,
+        secret: p.secret,
+        kinds: OneOrMany::list(p.kinds, "kinds")?,
+        only_from: OneOrMany::list(p.only_from, "only_from")?,
+        not_from: OneOrMany::list(p.not_from, "not_from")?,
+        exclude_thinking: p.exclude_thinking.unwrap_or(false),
+        status: Status::Active,
+        cursor,
+        failures: 0,
+        retry_seq: None,
+        retry_at_ms: None,
+        created_at: convene_core::event::format_ts(time::OffsetDateTime::now_utc()),
+    };
+    let row = sub.clone();
+    let n = h
+        .db(move |st| {
+            let n = st.count(&row.principal)?;
+            if n < MAX_SUBS {
+                st.insert(&row)?;
+            }
+            Ok(n)
+        })
+        .await
+        .map_err(internal)?;
+    if n >= MAX_SUBS {
+        return Err(WireError::payload(format!(
+            "at most {MAX_SUBS} subscriptions per API key"
+        )));
+    }
+    let v = sub_value(&sub);
+    h.run(sub);
+    Ok(v)
+}
+
+/// `unsubscribe`: deletes one of the caller's subscriptions and stops its deliveries.
+pub(in crate::cowchat) async fn unsubscribe(
+    s: &Session,
+    payload: Map<String, Value>,
+) -> Result<Value, WireError> {
+    let h = hooks(s)?;
+    let p: SubRef = parse(payload)?;
+    let (id, who) = (p.subscription_id.clone(), principal(s));
+    if !h
+        .db(move |st| st.delete(&who, &id))
+        .await
+        .map_err(internal)?
+    {
+        return Err(not_found(&p.subscription_id));
+    }
+    h.stop(&p.subscription_id);
+    Ok(json!({"subscription_id": p.subscription_id}))
+}
+
+/// `list_subscriptions`: the caller's subscriptions, of one room when `room_id` is given.
+pub(in crate::cowchat) async fn list_subscriptions(
+    s: &Session,
+    payload: Map<String, Value>,
+) -> Result<Value, WireError> {
+    let h = hooks(s)?;
+    let p: ListSubs = parse(payload)?;
+    let (room, who) = (p.room_id.clone(), principal(s));
+    let subs = h
+        .db(move |st| st.list(&who, room.as_deref()))
+        .await
+        .map_err(internal)?;
+    let list: Vec<Value> = subs.iter().map(sub_value).collect();
+    Ok(json!({"subscriptions": list}))
+}
+
+/// `enable_subscription`: re-arms a subscription (typically `failed`) and replays the
+/// backlog from its cursor.
+pub(in crate::cowchat) async fn enable_subscription(
+    s: &Session,
+    payload: Map<String, Value>,
+) -> Result<Value, WireError> {
+    let h = hooks(s)?;
+    let p: SubRef = parse(payload)?;
+    // Stop the old task first so it cannot mark the re-armed row failed behind our back.
+    h.stop(&p.subscription_id);
+    let (id, who) = (p.subscription_id.clone(), principal(s));
+    let sub = h
+        .db(move |st| {
+            if st.enable(&who, &id)? {
+                st.get(&id)
+            } else {
+                Ok(None)
+            }
+        })
+        .await
+        .map_err(internal)?
+        .ok_or_else(|| not_found(&p.subscription_id))?;
+    let v = sub_value(&sub);
+    h.run(sub);
+    Ok(v)
+}

@@ -1,0 +1,479 @@
+"""Cowchat webhook subscriptions: a real daemon driven over its Cowchat Unix socket, POSTing
+to a real local HTTP receiver whose signature checks are the PyPI `standardwebhooks`
+reference library. Local targets need the test-only `--cowchat-webhooks-allow-local`, and
+`--cowchat-webhooks-retry-unit-ms` shrinks the +1/+4/+16/+64/+256 s retry schedule."""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import socket
+import ssl
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from conftest import Daemon
+import trustme
+from standardwebhooks import Webhook
+
+SECRET = "s3cret-raw-bytes"
+
+
+def flags(unit_ms: int = 5, allow_local: bool = True) -> list[str]:
+    f = ["--cowchat-webhooks-retry-unit-ms", str(unit_ms)]
+    return f + (["--cowchat-webhooks-allow-local"] if allow_local else [])
+
+
+class Cow:
+    """A raw Cowchat connection on the Unix socket; answers server pings while reading.
+    Success replies are matched by `reply_to` and may be `ok` or a per-op type."""
+
+    def __init__(self, home, timeout: float = 10.0):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(timeout)
+        self.sock.connect(str(home / "daemon" / "cowchat.sock"))
+        self.f = self.sock.makefile("rb")
+        self.n = 0
+
+    def req(self, ftype: str, payload: dict | None = None) -> dict:
+        self.n += 1
+        rid = f"c{self.n}"
+        self.sock.sendall((json.dumps({"id": rid, "type": ftype, "payload": payload or {}}) + "\n").encode())
+        while True:
+            line = self.f.readline()
+            if not line:
+                raise EOFError("server closed the connection")
+            fr = json.loads(line)
+            if fr.get("type") == "ping" and fr.get("reply_to") is None:
+                self.sock.sendall((json.dumps({"id": "p", "type": "pong", "reply_to": fr["id"], "payload": {}}) + "\n").encode())
+            elif fr.get("reply_to") == rid:
+                return fr
+
+    def ok(self, ftype: str, payload: dict | None = None) -> dict:
+        fr = self.req(ftype, payload)
+        assert fr["type"] != "error", fr
+        return fr["payload"]
+
+    def err(self, ftype: str, payload: dict | None = None) -> str:
+        fr = self.req(ftype, payload)
+        assert fr["type"] == "error", fr
+        return fr["payload"]["code"]
+
+    def register(self, name: str, agent_id: str | None = None, key: str | None = None) -> str:
+        p = {"name": name, "agent_id": agent_id or name, "protocol_version": 2}
+        if key:
+            p["key"] = key
+        return self.ok("register", p)["agent_id"]
+
+    def join(self, room: str) -> None:
+        fr = self.req("join_room", {"room_id": room})
+        # The creator may already be a member (the aligned wire auto-joins on create).
+        assert fr["type"] != "error" or fr["payload"]["code"] == "already_in_room", fr
+
+    def send(self, room: str, content: str, **metadata) -> dict:
+        p = {"room_id": room, "content": content}
+        if metadata:
+            p["metadata"] = metadata
+        return self.ok("send_message", p)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class Receiver:
+    """A local HTTP server recording every POST; `fail` > 0 answers that many with 500,
+    `fail = -1` answers all with 500; `/redirect…` answers 302 to `/hook`; the next `slow`
+    requests hang for 3 s and then answer 204 (recorded as status "slow")."""
+
+    def __init__(self, tls: ssl.SSLContext | None = None):
+        self.scheme = "https" if tls else "http"
+        self.hits: list[dict] = []
+        self.fail = 0
+        self.slow = 0
+        self.cv = threading.Condition()
+        outer = self
+
+        class H(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("content-length", "0")))
+                with outer.cv:
+                    failing = outer.fail != 0
+                    if outer.fail > 0:
+                        outer.fail -= 1
+                    slow = outer.slow > 0
+                    outer.slow -= slow
+                    status = 302 if self.path.startswith("/redirect") else 500 if failing else 204
+                    outer.hits.append({"path": self.path, "headers": dict(self.headers), "body": body, "status": "slow" if slow else status})
+                    outer.cv.notify_all()
+                if slow:
+                    time.sleep(3)
+                self.send_response(status)
+                if status == 302:
+                    self.send_header("location", outer.url("/hook"))
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+            def log_message(self, *a):
+                pass
+
+        self.srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        if tls:
+            self.srv.socket = tls.wrap_socket(self.srv.socket, server_side=True)
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+
+    def url(self, path: str = "/hook", host: str = "127.0.0.1") -> str:
+        return f"{self.scheme}://{host}:{self.srv.server_address[1]}{path}"
+
+    def delivered(self, path: str | None = None) -> list[dict]:
+        """Successful deliveries (2xx), in arrival order, decoded."""
+        with self.cv:
+            return [json.loads(h["body"]) for h in self.hits if h["status"] == 204 and (path is None or h["path"] == path)]
+
+    def wait(self, pred, timeout: float = 20.0):
+        deadline = time.time() + timeout
+        with self.cv:
+            while not pred():
+                left = deadline - time.time()
+                if left <= 0:
+                    raise TimeoutError(f"receiver saw {len(self.hits)} requests")
+                self.cv.wait(left)
+
+    def wait_delivered(self, n: int, path: str | None = None) -> list[dict]:
+        self.wait(lambda: len([h for h in self.hits if h["status"] == 204 and (path is None or h["path"] == path)]) >= n)
+        return self.delivered(path)
+
+    def close(self):
+        self.srv.shutdown()
+        self.srv.server_close()
+
+
+def start(home, extra: list[str]) -> Daemon:
+    """A daemon whose Cowchat socket accepts connections (it binds after the IPC socket)."""
+    d = Daemon(home, extra).start()
+    deadline = time.time() + 15
+    while True:
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.connect(str(home / "daemon" / "cowchat.sock"))
+            return d
+        except OSError:
+            assert time.time() < deadline, "cowchat socket never came up"
+            time.sleep(0.02)
+
+
+@pytest.fixture
+def rx():
+    r = Receiver()
+    yield r
+    r.close()
+
+
+@pytest.fixture
+def hooked(home):
+    d = start(home, flags())
+    yield d
+    d.stop()
+
+
+def setup_room(home, name: str = "alice", agent_id: str | None = None) -> tuple[Cow, str]:
+    c = Cow(home)
+    c.register(name, agent_id)
+    room = c.ok("create_room", {"name": "hooks"})["room_id"]
+    c.join(room)
+    return c, room
+
+
+def subscribe(c: Cow, room: str, url: str, **kw) -> dict:
+    return c.ok("subscribe", {"room_id": room, "webhook_url": url, "secret": kw.pop("secret", SECRET), **kw})
+
+
+def test_delivery_is_signed_and_the_secret_is_never_shown(hooked, rx):
+    c, room = setup_room(hooked.home)
+    c.send(room, "before the subscription")
+    sub = subscribe(c, room, rx.url())
+    assert sub["status"] == "active" and sub["room_id"] == room and sub["failures"] == 0
+    assert sub["subscription_id"].startswith("sub_") and "secret" not in sub
+    sent = c.send(room, "hello hooks", kind="review_request")
+    [body] = rx.wait_delivered(1)
+    hit = rx.hits[0]
+    # The reference verifier (raw secrets are passed to it as bytes).
+    assert Webhook(SECRET.encode()).verify(hit["body"], hit["headers"]) == body
+    with pytest.raises(Exception):
+        Webhook(b"wrong secret").verify(hit["body"], hit["headers"])
+    assert hit["headers"]["Content-Type"] == "application/json"
+    assert hit["path"] == "/hook"
+    assert body["type"] == "cowchat.message.created"
+    assert body["subscription_id"] == sub["subscription_id"] and body["room_id"] == room
+    m = body["message"]
+    assert m["message_id"] == sent["message_id"] and m["content"] == "hello hooks"
+    assert m["metadata"] == {"kind": "review_request"} and m["agent_id"] == "alice"
+    assert m["seq"] == sent["seq"]
+    # Only future messages by default: the earlier message was not delivered.
+    assert len(rx.hits) == 1
+    listed = c.ok("list_subscriptions")
+    assert SECRET not in json.dumps(listed)
+    [s] = listed["subscriptions"]
+    assert "secret" not in s and s["subscription_id"] == sub["subscription_id"]
+    assert set(s) >= {"subscription_id", "room_id", "webhook_url", "kinds", "only_from", "not_from",
+                      "exclude_thinking", "status", "cursor_seq", "failures", "created_at"}
+    deadline = time.time() + 10
+    while c.ok("list_subscriptions")["subscriptions"][0]["cursor_seq"] < sent["seq"]:
+        assert time.time() < deadline, "cursor did not advance"
+        time.sleep(0.02)
+    assert c.ok("list_subscriptions", {"room_id": "g_nope"})["subscriptions"] == []
+
+
+def test_whsec_secret_is_base64_decoded(hooked, rx):
+    c, room = setup_room(hooked.home)
+    secret = "whsec_" + base64.b64encode(os.urandom(24)).decode()
+    subscribe(c, room, rx.url(), secret=secret)
+    c.send(room, "signed with a whsec secret")
+    rx.wait_delivered(1)
+    hit = rx.hits[0]
+    assert Webhook(secret).verify(hit["body"], hit["headers"])["message"]["content"] == "signed with a whsec secret"
+    # Signing with the literal string would not verify.
+    with pytest.raises(Exception):
+        Webhook(secret.encode()).verify(hit["body"], hit["headers"])
+    assert c.err("subscribe", {"room_id": room, "webhook_url": rx.url(), "secret": "whsec_!!notbase64"}) == "invalid_payload"
+
+
+def test_filters_and_across_fields_or_within_kinds(hooked, rx):
+    a, room = setup_room(hooked.home, "alice", "a-1")
+    b = Cow(hooked.home)
+    b.register("bob", "b-1")
+    b.join(room)
+    # only_from by display name, not_from by agent id: either matches.
+    subscribe(a, room, rx.url("/s1"), kinds=["review", "verdict"], only_from="alice")
+    subscribe(a, room, rx.url("/s2"), not_from=["b-1"], exclude_thinking=True)
+    subscribe(a, room, rx.url("/s3"))
+    a.send(room, "a-review", kind="review")
+    a.send(room, "a-chat", kind="chat")
+    b.send(room, "b-verdict", kind="verdict")
+    a.send(room, "a-thinking", type="thinking")
+    a.ok("thinking", {"room_id": room, "content": "a-pulse"})  # a real thinking pulse
+    a.send(room, "a-plain")
+    a.send(room, "end", kind="verdict")
+    got = lambda p: [m["message"]["content"] for m in rx.delivered(p)]
+    rx.wait(lambda: any(json.loads(h["body"])["message"]["content"] == "end" for h in rx.hits if h["path"] == "/s1"))
+    rx.wait(lambda: any(json.loads(h["body"])["message"]["content"] == "end" for h in rx.hits if h["path"] == "/s2"))
+    rx.wait(lambda: any(json.loads(h["body"])["message"]["content"] == "end" for h in rx.hits if h["path"] == "/s3"))
+    assert got("/s1") == ["a-review", "end"]
+    assert got("/s2") == ["a-review", "a-chat", "a-plain", "end"]
+    assert got("/s3") == ["a-review", "a-chat", "b-verdict", "a-thinking", "a-pulse", "a-plain", "end"]
+    [pulse] = [m["message"] for m in rx.delivered("/s3") if m["message"]["content"] == "a-pulse"]
+    assert pulse["metadata"]["type"] == "thinking" and pulse["agent_name"] == "alice"
+    for h in rx.hits:
+        assert Webhook(SECRET.encode()).verify(h["body"], h["headers"])
+
+
+def test_retries_keep_the_webhook_id_and_order(hooked, rx):
+    c, room = setup_room(hooked.home)
+    subscribe(c, room, rx.url())
+    rx.fail = 3
+    m1 = c.send(room, "m1")
+    m2 = c.send(room, "m2")
+    got = rx.wait_delivered(2)
+    assert [g["message"]["message_id"] for g in got] == [m1["message_id"], m2["message_id"]]
+    ids = [h["headers"]["webhook-id"] for h in rx.hits]
+    assert [h["status"] for h in rx.hits] == [500, 500, 500, 204, 204]
+    # Every attempt of m1 carried the same id; m2 has its own.
+    assert len(set(ids[:4])) == 1 and ids[4] != ids[0]
+    for h in rx.hits:
+        Webhook(SECRET.encode()).verify(h["body"], h["headers"])
+    assert c.ok("list_subscriptions")["subscriptions"][0]["failures"] == 0
+
+
+def wait_status(c: Cow, status: str, timeout: float = 30.0) -> dict:
+    deadline = time.time() + timeout
+    while True:
+        [s] = c.ok("list_subscriptions")["subscriptions"]
+        if s["status"] == status:
+            return s
+        assert time.time() < deadline, s
+        time.sleep(0.02)
+
+
+def test_failed_after_five_retries_then_enable_replays_backlog(hooked, rx):
+    c, room = setup_room(hooked.home)
+    sub = subscribe(c, room, rx.url())
+    start = sub["cursor_seq"]
+    rx.fail = -1
+    m1 = c.send(room, "m1")
+    m2 = c.send(room, "m2")
+    s = wait_status(c, "failed")
+    # One attempt plus five retries, all for m1; the cursor did not move.
+    assert len(rx.hits) == 6 and s["failures"] == 6
+    assert {json.loads(h["body"])["message"]["message_id"] for h in rx.hits} == {m1["message_id"]}
+    assert s["cursor_seq"] == start
+    m3 = c.send(room, "m3")  # lands while failed: delivered only after enable
+    rx.fail = 0
+    again = c.ok("enable_subscription", {"subscription_id": sub["subscription_id"]})
+    assert again["status"] == "active" and again["failures"] == 0
+    got = rx.wait_delivered(3)
+    assert [g["message"]["message_id"] for g in got] == [m1["message_id"], m2["message_id"], m3["message_id"]]
+    assert c.err("enable_subscription", {"subscription_id": "sub_nope"}) == "invalid_payload"
+
+
+def test_backfill_from_zero_and_unsubscribe(hooked, rx):
+    c, room = setup_room(hooked.home)
+    c.send(room, "old-1")
+    c.send(room, "old-2")
+    sub = subscribe(c, room, rx.url(), since_seq=0)
+    assert [g["message"]["content"] for g in rx.wait_delivered(2)] == ["old-1", "old-2"]
+    assert c.ok("unsubscribe", {"subscription_id": sub["subscription_id"]}) == {"subscription_id": sub["subscription_id"]}
+    assert c.ok("list_subscriptions")["subscriptions"] == []
+    assert c.err("unsubscribe", {"subscription_id": sub["subscription_id"]}) == "invalid_payload"
+    assert c.err("subscribe", {"room_id": room, "webhook_url": rx.url(), "secret": SECRET, "since_seq": -1}) == "invalid_payload"
+    assert c.err("subscribe", {"room_id": room, "webhook_url": rx.url(), "secret": SECRET, "since_seq": "later"}) == "invalid_payload"
+
+
+def test_restart_resumes_from_the_persisted_cursor(home, rx):
+    d = start(home, flags(unit_ms=200))
+    try:
+        c, room = setup_room(home)
+        sub = subscribe(c, room, rx.url())
+        m1 = c.send(room, "m1")
+        rx.wait_delivered(1)
+        rx.fail = -1
+        m2 = c.send(room, "m2")
+        m3 = c.send(room, "m3")
+        rx.wait(lambda: len(rx.hits) >= 2)  # m2's first attempt failed: a retry is pending
+        c.close()
+        d.kill9()
+        rx.fail = 0
+        d = start(home, flags(unit_ms=200))
+        got = rx.wait_delivered(3)
+        assert [g["message"]["message_id"] for g in got] == [m1["message_id"], m2["message_id"], m3["message_id"]]
+        # The retry after the restart kept m2's webhook-id.
+        m2_ids = {h["headers"]["webhook-id"] for h in rx.hits if json.loads(h["body"])["message"]["message_id"] == m2["message_id"]}
+        assert len(m2_ids) == 1
+        c = Cow(home)
+        c.register("alice")
+        [s] = c.ok("list_subscriptions")["subscriptions"]
+        assert s["subscription_id"] == sub["subscription_id"] and s["status"] == "active"
+        # Still live after the restart.
+        m4 = c.send(room, "m4")
+        assert rx.wait_delivered(4)[-1]["message"]["message_id"] == m4["message_id"]
+    finally:
+        d.stop()
+
+
+def test_ssrf_guard_refuses_local_and_non_http_targets(home, rx):
+    d = start(home, flags(allow_local=False))
+    try:
+        c, room = setup_room(home)
+        for url in [rx.url(), "http://localhost:9/", "http://169.254.169.254/latest/meta-data/",
+                    "http://10.0.0.1/", "http://[::1]/", "http://[::ffff:127.0.0.1]/", "http://100.64.1.1/",
+                    "ftp://example.com/", "http://user:pw@example.com/", "not a url"]:
+            assert c.err("subscribe", {"room_id": room, "webhook_url": url, "secret": SECRET}) == "invalid_payload", url
+        assert c.err("subscribe", {"room_id": room, "webhook_url": "https://127.0.0.1/hook", "secret": SECRET}) == "invalid_payload"
+        assert c.ok("list_subscriptions")["subscriptions"] == []
+        c.send(room, "nobody is listening")
+        assert rx.hits == []
+    finally:
+        d.stop()
+
+
+def test_subscribe_needs_membership_and_a_room(hooked, rx):
+    a, room = setup_room(hooked.home)
+    b = Cow(hooked.home)
+    b.register("bob")
+    code = b.err("subscribe", {"room_id": room, "webhook_url": rx.url(), "secret": SECRET})
+    assert code in ("not_member", "not_in_room")
+    assert a.err("subscribe", {"room_id": "g_000000000000", "webhook_url": rx.url(), "secret": SECRET}) == "room_not_found"
+    assert a.err("subscribe", {"room_id": room, "webhook_url": rx.url(), "secret": ""}) == "invalid_payload"
+
+
+def test_https_targets_verify_the_certificate(home):
+    ca = trustme.CA()
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ca.issue_cert("127.0.0.1", "localhost").configure_cert(ctx)
+    rx = Receiver(ctx)
+    rogue_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    trustme.CA().issue_cert("127.0.0.1", "localhost").configure_cert(rogue_ctx)
+    rogue = Receiver(rogue_ctx)
+    ca_file = home / "test-ca.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+    d = start(home, flags() + ["--cowchat-webhooks-ca-file", str(ca_file)])
+    try:
+        c, room = setup_room(home)
+        subscribe(c, room, rx.url("/by-name", host="localhost"))  # SNI + name check, pinned address
+        subscribe(c, room, rx.url("/by-ip"))  # IP SAN
+        bad = subscribe(c, room, rogue.url())  # certificate from a CA the daemon does not trust
+        c.send(room, "over tls")
+        for path in ("/by-name", "/by-ip"):
+            [body] = rx.wait_delivered(1, path)
+            assert body["message"]["content"] == "over tls"
+        for h in rx.hits:
+            Webhook(SECRET.encode()).verify(h["body"], h["headers"])
+        deadline = time.time() + 60
+        while True:
+            s = [x for x in c.ok("list_subscriptions")["subscriptions"] if x["subscription_id"] == bad["subscription_id"]][0]
+            if s["status"] == "failed":
+                break
+            assert time.time() < deadline, (s, (home / "daemon.log").read_text()[-4000:])
+            time.sleep(0.02)
+        assert s["failures"] == 6 and rogue.hits == []
+    finally:
+        d.stop()
+        rx.close()
+        rogue.close()
+
+
+def test_subscriptions_belong_to_the_api_key(hooked, rx):
+    c, room = setup_room(hooked.home)
+    mine = subscribe(c, room, rx.url())
+    keys = hooked.home / "keys.d"
+    keys.mkdir(exist_ok=True)
+    fd = os.open(keys / "team2.key", os.O_WRONLY | os.O_CREAT, 0o600)
+    os.write(fd, b"team2-api-key\n")
+    os.close(fd)
+    other = Cow(hooked.home)
+    other.register("carol", key="team2-api-key")
+    assert other.ok("list_subscriptions")["subscriptions"] == []
+    sid = {"subscription_id": mine["subscription_id"]}
+    assert other.err("unsubscribe", sid) == "invalid_payload"
+    assert other.err("enable_subscription", sid) == "invalid_payload"
+    room2 = other.ok("create_room", {"name": "team2-room"})["room_id"]
+    other.join(room2)
+    theirs = subscribe(other, room2, rx.url("/team2"))
+    assert [x["subscription_id"] for x in other.ok("list_subscriptions")["subscriptions"]] == [theirs["subscription_id"]]
+    assert [x["subscription_id"] for x in c.ok("list_subscriptions")["subscriptions"]] == [mine["subscription_id"]]
+
+
+def test_redirects_are_failures_and_never_followed(hooked, rx):
+    c, room = setup_room(hooked.home)
+    subscribe(c, room, rx.url("/redirect"))
+    c.send(room, "m1")
+    s = wait_status(c, "failed")
+    assert s["failures"] == 6
+    assert [h["path"] for h in rx.hits] == ["/redirect"] * 6  # /hook was never requested
+
+
+def test_a_timed_out_attempt_is_a_failure(home, rx):
+    d = start(home, flags() + ["--cowchat-webhooks-timeout-ms", "500"])
+    try:
+        c, room = setup_room(home)
+        subscribe(c, room, rx.url())
+        rx.slow = 1
+        m1 = c.send(room, "m1")
+        [got] = rx.wait_delivered(1)
+        assert got["message"]["message_id"] == m1["message_id"]
+        # The hung attempt (which would have answered 204 after 3 s) was abandoned at 0.5 s
+        # and retried: one message, two requests, one webhook-id.
+        assert [h["status"] for h in rx.hits] == ["slow", 204]
+        assert len({h["headers"]["webhook-id"] for h in rx.hits}) == 1
+    finally:
+        d.stop()
+
+
+def test_destroying_the_room_removes_its_subscriptions(hooked, rx):
+    c, room = setup_room(hooked.home)
+    subscribe(c, room, rx.url())
+    c.ok("destroy_room", {"room_id": room})
+    deadline = time.time() + 30
+    while c.ok("list_subscriptions")["subscriptions"]:
+        assert time.time() < deadline, "subscription outlived its room"
+        time.sleep(0.05)

@@ -1,0 +1,182 @@
+"""§7.3 key rotation through the CLI: `evidence rotate announce|cutover|retire|status`,
+real processes and JSON files. Exit codes: 0 step taken, 1 refused (wrong phase or too
+early), 2 usage.
+
+Command prefix as in test_ccs_conformance.py:
+  CONVENE_EVIDENCE_CMD  shell-split prefix, e.g. "convene evidence"
+  CONVENE_EVIDENCE_BIN  binary taking "evidence ..." (default: target/debug/convene-evidence)
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import stat
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _prefix() -> list[str]:
+    cmd = os.environ.get("CONVENE_EVIDENCE_CMD")
+    if cmd:
+        return shlex.split(cmd)
+    target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
+    default = target / "debug" / "convene-evidence"
+    return [os.environ.get("CONVENE_EVIDENCE_BIN", str(default)), "evidence"]
+
+
+PREFIX = _prefix()
+pytestmark = pytest.mark.skipif(
+    shutil.which(PREFIX[0]) is None and not Path(PREFIX[0]).exists() and not os.environ.get("CI"),
+    reason=f"evidence binary not built: {PREFIX[0]} (cargo build -p convene-evidence)",
+)
+PARAMS = {"query": "weather in Tokyo"}
+
+
+def ev(*args: str, check: int | None = 0) -> subprocess.CompletedProcess:
+    p = subprocess.run([*PREFIX, *args], capture_output=True, text=True, timeout=60)
+    if check is not None:
+        assert p.returncode == check, f"{args}: rc={p.returncode}\n{p.stdout}\n{p.stderr}"
+    return p
+
+
+def out(*args: str, check: int = 0) -> dict:
+    return json.loads(ev(*args, check=check).stdout)
+
+
+def write(p: Path, v) -> Path:
+    p.write_text(json.dumps(v))
+    return p
+
+
+def issue(w: Path, key: Path, name: str, *extra: str, check: int = 0) -> Path:
+    intake = write(w / f"{name}-in.json", {"intake_version": "1.3", "agent_id": "agent",
+                                            "tool": "search_web", "params": PARAMS,
+                                            "timestamp": int(time.time()), "trace_id": name})
+    r = w / f"{name}.json"
+    ev("issue", "--key", str(key), "--intake", str(intake), "--out", str(r), *extra, check=check)
+    return r
+
+
+def verify(w: Path, receipt: Path, *trust: str) -> subprocess.CompletedProcess:
+    """Six-step verification just after issuance (--now), so short lifetimes stay fresh."""
+    r = json.loads(receipt.read_text())
+    params = write(w / "params.json", PARAMS)
+    return ev("verify", "--receipt", str(receipt), *trust, "--audience",
+              "https://convene.local/executor", "--tool", "search_web", "--params", str(params),
+              "--now", str(r["issued_at"] + 0.5), check=None)
+
+
+def trust_with(w: Path, name: str, key: dict) -> list[str]:
+    t = w / f"trust-{name}.json"
+    ev("trust", "enroll", "--trust", str(t), "--issuer", "https://convene.local/ccs/v1",
+       "--public-key", key["public_key"], "--fingerprint", key["fingerprint"])
+    return ["--trust", str(t)]
+
+
+def wait_until(t: float) -> None:
+    time.sleep(max(0.0, t - time.time()) + 0.05)
+
+
+def test_rotation_refusals_and_exit_codes(tmp_path):
+    key = tmp_path / "k.json"
+    ev("keygen", "--out", str(key))
+    st = out("rotate", "status", "--key", str(key))
+    assert st["phase"] is None and st["manifest"]["signing_key_fingerprint"] == st["fingerprint"]
+    # Nothing announced: cutover and retire are refused (exit 1) and change nothing.
+    before = key.read_text()
+    assert "refused" in out("rotate", "cutover", "--key", str(key), check=1)
+    assert "refused" in out("rotate", "retire", "--key", str(key), check=1)
+    assert key.read_text() == before
+    ev("rotate", "bogus", "--key", str(key), check=2)
+    ev("rotate", "announce", "--key", str(key), "--ttl", "soon", check=2)
+    # Announced for 1 h receipts: cutover is refused until 2 h of dual-signing (CCS-7.3-2).
+    a = out("rotate", "announce", "--key", str(key), "--ttl", "3600")
+    assert a["cutover_not_before"] == pytest.approx(a["dual_sign_since"] + 7200)
+    refused = out("rotate", "cutover", "--key", str(key), check=1)
+    assert refused["not_before"] == pytest.approx(a["cutover_not_before"])
+    assert refused["phase"] == "dual-sign"
+    # One rotation at a time; retire needs a cutover first.
+    out("rotate", "announce", "--key", str(key), check=1)
+    out("rotate", "retire", "--key", str(key), check=1)
+    # Receipts may not outlive what the overlap was sized for.
+    issue(tmp_path, key, "long", "--ttl", "7200", check=2)
+
+
+def test_announce_dual_sign_cutover_retire(tmp_path):
+    key = tmp_path / "k.json"
+    old = json.loads(ev("keygen", "--out", str(key)).stdout)
+    plain_manifest = out("manifest", "--key", str(key))
+    assert "next_signing_key" not in plain_manifest
+
+    # Announce: the signed manifest names the incoming key; the file stays owner-only.
+    m = tmp_path / "m.json"
+    a = out("rotate", "announce", "--key", str(key), "--ttl", "1", "--manifest", str(m))
+    new = a["next"]
+    assert a["phase"] == "dual-sign" and a["fingerprint"] == old["fingerprint"]
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600
+    announced = json.loads(m.read_text())["next_signing_key"]
+    assert announced["signing_key_fingerprint"] == new["fingerprint"]
+    assert announced["public_key"] == new["public_key"]
+    assert announced["effective_at"] >= a["dual_sign_since"] + 2
+    assert out("manifest", "--key", str(key))["next_signing_key"] == announced
+
+    # Dual-sign: primary signature and HMAC by the old key, cosignature and its HMAC by the new.
+    overlap = issue(tmp_path, key, "overlap")
+    r = json.loads(overlap.read_text())
+    assert r["cosignature"]["signing_key_fingerprint"] == new["fingerprint"]
+    assert len(r["cosignature"]["receipt"]) == 32
+    assert r["expires_at"] - r["issued_at"] == 1
+    only_old, only_new = trust_with(tmp_path, "old", old), trust_with(tmp_path, "new", new)
+    for trust in (["--key", str(key)], only_old, only_new):
+        assert verify(tmp_path, overlap, *trust).returncode == 0, trust
+    # A broken cosignature is refused even by a consumer that also pinned the old key.
+    trust_with(tmp_path, "both", old)
+    both = trust_with(tmp_path, "both", new)
+    bad = dict(r, cosignature=dict(r["cosignature"], signature="00" * 64))
+    p = verify(tmp_path, write(tmp_path / "bad.json", bad), *both)
+    assert p.returncode == 1
+    assert json.loads(p.stdout)["failure"]["failure_category"] == "SIGNATURE_INVALID"
+
+    # Cutover once 2 x lifetime of dual-signing has passed: the file's key is the new one.
+    wait_until(a["cutover_not_before"])
+    c = out("rotate", "cutover", "--key", str(key))
+    assert c["phase"] == "cut-over" and c["fingerprint"] == new["fingerprint"]
+    assert c["previous"]["fingerprint"] == old["fingerprint"]
+    assert c["manifest"]["signing_key_fingerprint"] == new["fingerprint"]
+    assert "next_signing_key" not in c["manifest"]
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600
+    after = issue(tmp_path, key, "after")
+    assert "cosignature" not in json.loads(after.read_text())
+    assert verify(tmp_path, after, *only_new).returncode == 0
+    rejected = verify(tmp_path, after, *only_old)
+    assert rejected.returncode == 1
+    assert json.loads(rejected.stdout)["failure"]["failure_category"] == "SIGNATURE_INVALID"
+    # The overlap receipt still verifies with the new key file alone: its cosignature HMAC
+    # is by the new shared secret (dual HMAC).
+    assert verify(tmp_path, overlap, "--key", str(key)).returncode == 0
+    no_hmac = dict(r, cosignature={k: v for k, v in r["cosignature"].items() if k != "receipt"})
+    assert verify(tmp_path, write(tmp_path / "nohmac.json", no_hmac), "--key", str(key)).returncode == 1
+
+    # Retire once every old-key receipt has expired (cutover + lifetime).
+    wait_until(c["retire_not_before"])
+    done = out("rotate", "retire", "--key", str(key))
+    assert done["phase"] is None and done["fingerprint"] == new["fingerprint"]
+    assert "previous" not in done
+    assert out("rotate", "status", "--key", str(key))["phase"] is None
+
+    # Consumer side: retiring the old key in a trust file ends its acceptance.
+    assert verify(tmp_path, overlap, *only_old).returncode == 0
+    ev("trust", "retire", "--trust", only_old[1], "--fingerprint", old["fingerprint"])
+    assert verify(tmp_path, overlap, *only_old).returncode == 1
+    assert out("trust", "retire", "--trust", only_old[1], "--fingerprint", "0" * 16, check=1)["changed"] is False
+    # Revocation is final: a revoked key cannot be retired (and so never re-enrolled).
+    ev("trust", "revoke", "--trust", only_new[1], "--fingerprint", new["fingerprint"])
+    assert out("trust", "retire", "--trust", only_new[1], "--fingerprint", new["fingerprint"], check=1)["changed"] is False
+    assert json.loads(Path(only_new[1]).read_text())["keys"][new["fingerprint"]]["state"] == "revoked"
