@@ -6,6 +6,7 @@
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
+use std::sync::OnceLock;
 
 use convene_core::{CoreError, ErrorCode};
 use convene_evidence::hook::{self, ToolGate};
@@ -13,8 +14,41 @@ use convene_evidence::issuer::{Verifier, VerifierSettings};
 use convene_evidence::keys::{KeyFile, KeyMaterial};
 use convene_evidence::store::EvidenceStore;
 
-/// Opens (creating at first start) the signing key and the receipt store, and builds the verifier.
-pub fn open(dir: &Path) -> Result<Verifier, CoreError> {
+/// What the verifier is built from: the signing key, the incoming key of a rotation in its
+/// dual-sign phase (with the phase's start), and the receipt store.
+struct Parts {
+    keys: KeyMaterial,
+    next: Option<(KeyMaterial, f64)>,
+    store: EvidenceStore,
+}
+
+/// The gate. The key and the receipt store are opened at start (a bad key file or store stops
+/// the daemon, and the key state is the one at start); the verifier itself (rules, canonical
+/// configuration) is built at the first tool call, so an idle daemon does not hold it
+/// (~0.4 MB resident; docs/BENCHMARKS.md, idle RSS).
+pub struct Gate {
+    parts: parking_lot::Mutex<Option<Parts>>,
+    verifier: OnceLock<Result<Verifier, CoreError>>,
+}
+
+impl Gate {
+    /// The verifier, built on first use. A failure is kept: every later call is refused too
+    /// (fail-closed until a restart), as if the daemon had not started.
+    pub fn verifier(&self) -> Result<&Verifier, CoreError> {
+        self.verifier
+            .get_or_init(|| {
+                let parts = self.parts.lock().take().ok_or_else(|| {
+                    CoreError::new(ErrorCode::Internal, "evidence verifier: no key material")
+                })?;
+                build(parts)
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+}
+
+/// Opens (creating at first start) the signing key and the receipt store.
+pub fn open(dir: &Path) -> Result<Gate, CoreError> {
     let fail = |what: &str, e: &dyn std::fmt::Display| {
         CoreError::new(ErrorCode::Internal, format!("evidence {what}: {e}"))
     };
@@ -44,6 +78,16 @@ pub fn open(dir: &Path) -> Result<Verifier, CoreError> {
         }
     };
     let store = EvidenceStore::open(&dir.join("receipts.sqlite")).map_err(|e| fail("store", &e))?;
+    Ok(Gate {
+        parts: parking_lot::Mutex::new(Some(Parts { keys, next, store })),
+        verifier: OnceLock::new(),
+    })
+}
+
+fn build(Parts { keys, next, store }: Parts) -> Result<Verifier, CoreError> {
+    let fail = |what: &str, e: &dyn std::fmt::Display| {
+        CoreError::new(ErrorCode::Internal, format!("evidence {what}: {e}"))
+    };
     Verifier::new(
         VerifierSettings::default(),
         keys,
@@ -67,8 +111,8 @@ pub struct Decision {
 
 /// Evaluates an intake. Intake errors come back as `invalid_request` with the CCS error
 /// object in `details.ccs` (and no receipt).
-pub fn decide(v: &Verifier, intake: &serde_json::Value) -> Result<Decision, CoreError> {
-    let res = v.decide(intake);
+pub fn decide(g: &Gate, intake: &serde_json::Value) -> Result<Decision, CoreError> {
+    let res = g.verifier()?.decide(intake);
     let permitted = hook::permits(&res);
     match res {
         Ok(r) => {

@@ -110,7 +110,7 @@ pub struct Daemon {
     /// Largest request line.
     pub max_request_bytes: usize,
     /// The CCS verifier that gates agent tool calls.
-    pub gate: Arc<convene_evidence::Verifier>,
+    pub gate: Arc<gate::Gate>,
     shutdown: watch::Sender<bool>,
 }
 
