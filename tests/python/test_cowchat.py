@@ -398,3 +398,38 @@ def test_leaving_on_one_connection_stops_pushes_on_the_agents_other_connections(
     b2.ok("join_room", {"room_id": room})
     a.ok("send_message", {"room_id": room, "content": "back"})
     assert b2.push("message_received")["payload"]["content"] == "back"
+
+
+def test_cccc_sdk_send_wakes_a_blocked_cowchat_wait(cow):
+    """Cross-face: the real `cowchat` CLI blocks in `wait --loop`; a message sent with the
+    unmodified cccc-sdk to the same group wakes it, and it returns that message."""
+    import subprocess
+    from pathlib import Path
+
+    from cccc_sdk import CCCCClient
+    from conftest import convene_bin
+
+    cowchat = str(Path(convene_bin()).with_name("cowchat"))
+    a = CC(cow.cowchat_unix)
+    a.register("alice", agent_id="alice")
+    room = a.ok("create_room", {"name": "bridge-wait", "public": True})["room_id"]
+    env = dict(__import__("os").environ, CONVENE_HOME=str(cow.home))
+    tip = subprocess.run([cowchat, "--agent-id", "bob", "rooms", "tip", "bridge-wait"],
+                         env=env, capture_output=True, text=True, timeout=30)
+    assert tip.returncode == 0, tip.stderr
+    waiter = subprocess.Popen(
+        [cowchat, "--agent-id", "bob", "wait", "bridge-wait", "--loop", "--not-from", "bob",
+         "--since-seq", tip.stdout.strip(), "--idle-timeout", "60"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # Wait until bob is in the room (the waiter joins it), then send through the CCCS face.
+    deadline = time.time() + 20
+    while "bob" not in [x["agent_id"] for x in a.ok("list_agents", {"room_id": room})["agents"]]:
+        assert time.time() < deadline and waiter.poll() is None, waiter.stderr.read() if waiter.poll() is not None else "bob never joined"
+        time.sleep(0.05)
+    client = CCCCClient(cccc_home=str(cow.home))
+    ev = client.send(group_id=room, text="from cccc-sdk", message_mode="send", to=["@all"])["event"]
+    out, err = waiter.communicate(timeout=30)
+    assert waiter.returncode == 0, err
+    got = [json.loads(l) for l in out.splitlines() if l.strip()]
+    assert [m["content"] for m in got] == ["from cccc-sdk"]
+    assert got[0]["message_id"] == ev["id"] and got[0]["agent_id"] == "user"

@@ -203,7 +203,7 @@ pub(super) fn check_post(s: &Session, room_id: &str, content: &str) -> Result<()
                 format!("{me} is not a member of {room_id}"),
             ));
         }
-        check_sealed(rooms::attrs(g).encrypted, content)?;
+        check_sealed(rooms::is_encrypted(g), content)?;
     }
     if !s
         .face

@@ -76,6 +76,17 @@ pub(super) fn attrs(g: &Group) -> Attrs {
         })
 }
 
+/// True for an end-to-end encrypted room (read without decoding all attributes: it is on
+/// every send's path).
+pub(super) fn is_encrypted(g: &Group) -> bool {
+    g.settings
+        .extra
+        .get(ATTRS_KEY)
+        .and_then(|v| v.get("encrypted"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false)
+}
+
 /// True when `principal` may see the room.
 pub(super) fn visible(g: &Group, principal: &str) -> bool {
     let a = attrs(g);
