@@ -39,7 +39,9 @@ class Daemon:
         log = open(self.home / "daemon.log", "ab")
         env = dict(os.environ, CONVENE_LOG=os.environ.get("CONVENE_LOG", "warn"))
         self.proc = subprocess.Popen(
-            [convene_bin(), "--home", str(self.home), "serve", "--heartbeat-ms", "500", *self.extra],
+            [convene_bin(), "--home", str(self.home), "serve", "--heartbeat-ms", "500",
+             # Tests never take the shared Cowchat default port unless they ask for TCP.
+             *([] if "--cowchat-tcp" in self.extra else ["--no-cowchat-tcp"]), *self.extra],
             stdout=log, stderr=log, env=env,
         )
         if wait:

@@ -205,3 +205,40 @@ def test_encrypted_room_refuses_plaintext_and_stores_sealed_blobs_as_given(cow):
     assert got["content"] == SEALED and got["metadata"] == {"kind": "note"}
     h = b.ok("get_history", {"room_id": rid})["messages"]
     assert [m["content"][:5] for m in h] == ["cow1:", "clw1:"]
+
+
+def test_default_tcp_port_is_taken_when_free_and_skipped_when_busy(home):
+    """`convene serve` serves Cowchat on 127.0.0.1:9229 like a Cowchat server; a busy default
+    port is not fatal (Unix socket only), an explicitly requested busy port is."""
+    import json
+    import socket as so
+
+    holder = so.socket()
+    holder.setsockopt(so.SOL_SOCKET, so.SO_REUSEADDR, 1)
+    try:
+        holder.bind(("127.0.0.1", 9229))
+        holder.listen(1)
+    except OSError:
+        pass  # someone else holds it: just as busy
+    try:
+        # conftest adds --no-cowchat-tcp to its daemons: start this one by hand.
+        proc = subprocess.Popen([convene_bin(), "--home", str(home), "serve"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            addr_file = home / "daemon" / "cowchat.addr.json"
+            deadline = time.time() + 15
+            while not addr_file.exists():
+                assert proc.poll() is None, proc.stderr.read()
+                assert time.time() < deadline
+                time.sleep(0.05)
+            assert json.loads(addr_file.read_text())["tcp"] is None
+            c = CC(("unix", str(home / "daemon" / "cowchat.sock")))
+            assert reg(c, "still-served")["type"] == "ok"
+        finally:
+            proc.terminate()
+            proc.wait(10)
+        busy = subprocess.run([convene_bin(), "--home", str(home), "serve", "--cowchat-tcp", "127.0.0.1:9229"],
+                              capture_output=True, text=True, timeout=30)
+        assert busy.returncode != 0 and "9229" in busy.stderr
+    finally:
+        holder.close()

@@ -39,10 +39,13 @@ enum Cmd {
         /// Stream heartbeat interval in milliseconds.
         #[arg(long, default_value_t = 30_000)]
         heartbeat_ms: u64,
-        /// Also serve Cowchat v2 on TCP (e.g. 127.0.0.1:9229). Non-loopback peers must
-        /// register with the API key.
+        /// Serve Cowchat v2 on this TCP address (default: 127.0.0.1:9229 when that port is
+        /// free). Non-loopback peers must register with the API key.
         #[arg(long)]
         cowchat_tcp: Option<String>,
+        /// Do not serve Cowchat on TCP at all (the Unix socket stays).
+        #[arg(long, conflicts_with = "cowchat_tcp")]
+        no_cowchat_tcp: bool,
         /// Also serve Cowchat v2 over WebSocket at ws://ADDR/ws (e.g. 127.0.0.1:9230).
         /// Non-loopback peers and browser pages (requests with Origin) must register with
         /// the API key.
@@ -206,6 +209,7 @@ fn main() -> Result<()> {
             require_key,
             heartbeat_ms,
             cowchat_tcp,
+            no_cowchat_tcp,
             cowchat_ws,
             cowchat: l,
             cowchat_webhooks_allow_local,
@@ -224,6 +228,9 @@ fn main() -> Result<()> {
             cfg.tcp = tcp;
             cfg.tcp_require_key = require_key;
             cfg.cowchat_tcp = cowchat_tcp;
+            if !no_cowchat_tcp {
+                cfg.cowchat_tcp_default = Some(convene_daemon::cowchat::DEFAULT_TCP.to_string());
+            }
             cfg.cowchat_ws = cowchat_ws;
             cfg.cowchat_webhooks.allow_local = cowchat_webhooks_allow_local;
             cfg.cowchat_webhooks.extra_ca = cowchat_webhooks_ca_file;

@@ -48,6 +48,9 @@ pub struct Config {
     pub max_request_bytes: usize,
     /// Also serve Cowchat v2 on this TCP address (e.g. 127.0.0.1:9229).
     pub cowchat_tcp: Option<String>,
+    /// When `cowchat_tcp` is not set: serve Cowchat on this TCP address if it is free (the
+    /// Cowchat default 127.0.0.1:9229 for `convene serve`); a taken port is logged, not fatal.
+    pub cowchat_tcp_default: Option<String>,
     /// Also serve Cowchat v2 over WebSocket (`ws://ADDR/ws`) on this TCP address.
     pub cowchat_ws: Option<String>,
     /// Cowchat webhook delivery settings.
@@ -70,6 +73,7 @@ impl Config {
             command_timeout: Duration::from_secs(30),
             max_request_bytes: convene_ipc::MAX_REQUEST_BYTES,
             cowchat_tcp: None,
+            cowchat_tcp_default: None,
             cowchat_ws: None,
             cowchat_webhooks: cowchat::webhooks::Options::default(),
             cowchat_limits: cowchat::Limits::default(),
@@ -194,10 +198,22 @@ pub async fn start(cfg: Config) -> Result<Running, DaemonError> {
         cowchat::serve(f.clone(), s, t)
     });
     let mut cowchat_tcp = None;
-    if let Some(addr) = &cfg.cowchat_tcp {
-        let tl = TcpListener::bind(addr)
-            .await
-            .map_err(|e| DaemonError::Listen(addr.clone(), e))?;
+    let tcp_listener = match (&cfg.cowchat_tcp, &cfg.cowchat_tcp_default) {
+        (Some(addr), _) => Some(
+            TcpListener::bind(addr)
+                .await
+                .map_err(|e| DaemonError::Listen(addr.clone(), e))?,
+        ),
+        (None, Some(addr)) => match TcpListener::bind(addr).await {
+            Ok(l) => Some(l),
+            Err(e) => {
+                tracing::warn!(addr = %addr, error = %e, "cowchat default TCP address not available; serving Cowchat on the Unix socket only (use --cowchat-tcp ADDR)");
+                None
+            }
+        },
+        (None, None) => None,
+    };
+    if let Some(tl) = tcp_listener {
         cowchat_tcp = tl.local_addr().ok();
         let f = face.clone();
         listen::tcp(&daemon, tl, cfg.tcp_require_key, "cowchat", move |s, t| {

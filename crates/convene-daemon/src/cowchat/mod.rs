@@ -42,6 +42,8 @@ pub(crate) const RUNTIME: &str = "cowchat";
 /// Event kind of a thinking pulse: persisted, in history, never a `chat.message` (so it
 /// neither wakes `wait` nor lands in CCCS inboxes).
 pub(crate) const THINKING_KIND: &str = "x.cowchat.thinking";
+/// The Cowchat default TCP address (`convene serve` takes it when free).
+pub const DEFAULT_TCP: &str = "127.0.0.1:9229";
 /// How long a disconnected agent keeps its memberships and its replay cursors (the
 /// specification's window; `serve --cowchat-reconnect-secs` changes it, for tests).
 pub const RECONNECT_WINDOW: Duration = Duration::from_secs(120);
