@@ -47,6 +47,14 @@ fn yes() -> bool {
     true
 }
 
+impl Attrs {
+    /// True when `principal` may see the room: public and system rooms for everyone, a
+    /// private room for its owning key.
+    pub(super) fn visible_to(&self, principal: &str) -> bool {
+        self.public || self.system || self.owner.as_deref().is_none_or(|o| o == principal)
+    }
+}
+
 /// True when the group is a Cowchat room.
 pub(super) fn is_room(g: &Group) -> bool {
     g.settings
@@ -89,8 +97,7 @@ pub(super) fn is_encrypted(g: &Group) -> bool {
 
 /// True when `principal` may see the room.
 pub(super) fn visible(g: &Group, principal: &str) -> bool {
-    let a = attrs(g);
-    a.public || a.system || a.owner.as_deref().is_none_or(|o| o == principal)
+    attrs(g).visible_to(principal)
 }
 
 /// A room by id (any visibility: membership checks come after).
@@ -152,7 +159,7 @@ fn visible_outboxes(face: &Face, g: &Group) -> Vec<std::sync::Arc<super::conn::O
     let live = face.live.lock();
     live.conns
         .values()
-        .filter(|c| a.public || a.system || a.owner.as_deref().is_none_or(|o| o == c.principal))
+        .filter(|c| a.visible_to(&c.principal))
         .map(|c| c.out.clone())
         .collect()
 }
