@@ -15,6 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from conftest import Daemon
+from test_cowchat import CC, error_code
 import trustme
 from standardwebhooks import Webhook
 
@@ -26,40 +27,14 @@ def flags(unit_ms: int = 5, allow_local: bool = True) -> list[str]:
     return f + (["--cowchat-webhooks-allow-local"] if allow_local else [])
 
 
-class Cow:
-    """A raw Cowchat connection on the Unix socket; answers server pings while reading.
-    Success replies are matched by `reply_to` and may be `ok` or a per-op type."""
+class Cow(CC):
+    """test_cowchat's raw client on the Unix socket, with this file's shorthands."""
 
     def __init__(self, home, timeout: float = 10.0):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(timeout)
-        self.sock.connect(str(home / "daemon" / "cowchat.sock"))
-        self.f = self.sock.makefile("rb")
-        self.n = 0
-
-    def req(self, ftype: str, payload: dict | None = None) -> dict:
-        self.n += 1
-        rid = f"c{self.n}"
-        self.sock.sendall((json.dumps({"id": rid, "type": ftype, "payload": payload or {}}) + "\n").encode())
-        while True:
-            line = self.f.readline()
-            if not line:
-                raise EOFError("server closed the connection")
-            fr = json.loads(line)
-            if fr.get("type") == "ping" and fr.get("reply_to") is None:
-                self.sock.sendall((json.dumps({"id": "p", "type": "pong", "reply_to": fr["id"], "payload": {}}) + "\n").encode())
-            elif fr.get("reply_to") == rid:
-                return fr
-
-    def ok(self, ftype: str, payload: dict | None = None) -> dict:
-        fr = self.req(ftype, payload)
-        assert fr["type"] != "error", fr
-        return fr["payload"]
+        super().__init__(("unix", str(home / "daemon" / "cowchat.sock")), timeout)
 
     def err(self, ftype: str, payload: dict | None = None) -> str:
-        fr = self.req(ftype, payload)
-        assert fr["type"] == "error", fr
-        return fr["payload"]["code"]
+        return error_code(self.req(ftype, payload))
 
     def register(self, name: str, agent_id: str | None = None, key: str | None = None) -> str:
         p = {"name": name, "agent_id": agent_id or name, "protocol_version": 2}
@@ -69,17 +44,14 @@ class Cow:
 
     def join(self, room: str) -> None:
         fr = self.req("join_room", {"room_id": room})
-        # The creator may already be a member (the aligned wire auto-joins on create).
+        # The creator may already be a member.
         assert fr["type"] != "error" or fr["payload"]["code"] == "already_in_room", fr
 
-    def send(self, room: str, content: str, **metadata) -> dict:
+    def post(self, room: str, content: str, **metadata) -> dict:
         p = {"room_id": room, "content": content}
         if metadata:
             p["metadata"] = metadata
         return self.ok("send_message", p)
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 class Receiver:
@@ -191,11 +163,11 @@ def subscribe(c: Cow, room: str, url: str, **kw) -> dict:
 
 def test_delivery_is_signed_and_the_secret_is_never_shown(hooked, rx):
     c, room = setup_room(hooked.home)
-    c.send(room, "before the subscription")
+    c.post(room, "before the subscription")
     sub = subscribe(c, room, rx.url())
     assert sub["status"] == "active" and sub["room_id"] == room and sub["failures"] == 0
     assert sub["subscription_id"].startswith("sub_") and "secret" not in sub
-    sent = c.send(room, "hello hooks", kind="review_request")
+    sent = c.post(room, "hello hooks", kind="review_request")
     [body] = rx.wait_delivered(1)
     hit = rx.hits[0]
     # The reference verifier (raw secrets are passed to it as bytes).
@@ -229,7 +201,7 @@ def test_whsec_secret_is_base64_decoded(hooked, rx):
     c, room = setup_room(hooked.home)
     secret = "whsec_" + base64.b64encode(os.urandom(24)).decode()
     subscribe(c, room, rx.url(), secret=secret)
-    c.send(room, "signed with a whsec secret")
+    c.post(room, "signed with a whsec secret")
     rx.wait_delivered(1)
     hit = rx.hits[0]
     assert Webhook(secret).verify(hit["body"], hit["headers"])["message"]["content"] == "signed with a whsec secret"
@@ -248,13 +220,13 @@ def test_filters_and_across_fields_or_within_kinds(hooked, rx):
     subscribe(a, room, rx.url("/s1"), kinds=["review", "verdict"], only_from="alice")
     subscribe(a, room, rx.url("/s2"), not_from=["b-1"], exclude_thinking=True)
     subscribe(a, room, rx.url("/s3"))
-    a.send(room, "a-review", kind="review")
-    a.send(room, "a-chat", kind="chat")
-    b.send(room, "b-verdict", kind="verdict")
-    a.send(room, "a-thinking", type="thinking")
+    a.post(room, "a-review", kind="review")
+    a.post(room, "a-chat", kind="chat")
+    b.post(room, "b-verdict", kind="verdict")
+    a.post(room, "a-thinking", type="thinking")
     a.ok("thinking", {"room_id": room, "content": "a-pulse"})  # a real thinking pulse
-    a.send(room, "a-plain")
-    a.send(room, "end", kind="verdict")
+    a.post(room, "a-plain")
+    a.post(room, "end", kind="verdict")
     got = lambda p: [m["message"]["content"] for m in rx.delivered(p)]
     rx.wait(lambda: any(json.loads(h["body"])["message"]["content"] == "end" for h in rx.hits if h["path"] == "/s1"))
     rx.wait(lambda: any(json.loads(h["body"])["message"]["content"] == "end" for h in rx.hits if h["path"] == "/s2"))
@@ -272,8 +244,8 @@ def test_retries_keep_the_webhook_id_and_order(hooked, rx):
     c, room = setup_room(hooked.home)
     subscribe(c, room, rx.url())
     rx.fail = 3
-    m1 = c.send(room, "m1")
-    m2 = c.send(room, "m2")
+    m1 = c.post(room, "m1")
+    m2 = c.post(room, "m2")
     got = rx.wait_delivered(2)
     assert [g["message"]["message_id"] for g in got] == [m1["message_id"], m2["message_id"]]
     ids = [h["headers"]["webhook-id"] for h in rx.hits]
@@ -300,14 +272,14 @@ def test_failed_after_five_retries_then_enable_replays_backlog(hooked, rx):
     sub = subscribe(c, room, rx.url())
     start = sub["cursor_seq"]
     rx.fail = -1
-    m1 = c.send(room, "m1")
-    m2 = c.send(room, "m2")
+    m1 = c.post(room, "m1")
+    m2 = c.post(room, "m2")
     s = wait_status(c, "failed")
     # One attempt plus five retries, all for m1; the cursor did not move.
     assert len(rx.hits) == 6 and s["failures"] == 6
     assert {json.loads(h["body"])["message"]["message_id"] for h in rx.hits} == {m1["message_id"]}
     assert s["cursor_seq"] == start
-    m3 = c.send(room, "m3")  # lands while failed: delivered only after enable
+    m3 = c.post(room, "m3")  # lands while failed: delivered only after enable
     rx.fail = 0
     again = c.ok("enable_subscription", {"subscription_id": sub["subscription_id"]})
     assert again["status"] == "active" and again["failures"] == 0
@@ -318,8 +290,8 @@ def test_failed_after_five_retries_then_enable_replays_backlog(hooked, rx):
 
 def test_backfill_from_zero_and_unsubscribe(hooked, rx):
     c, room = setup_room(hooked.home)
-    c.send(room, "old-1")
-    c.send(room, "old-2")
+    c.post(room, "old-1")
+    c.post(room, "old-2")
     sub = subscribe(c, room, rx.url(), since_seq=0)
     assert [g["message"]["content"] for g in rx.wait_delivered(2)] == ["old-1", "old-2"]
     assert c.ok("unsubscribe", {"subscription_id": sub["subscription_id"]}) == {"subscription_id": sub["subscription_id"]}
@@ -334,11 +306,11 @@ def test_restart_resumes_from_the_persisted_cursor(home, rx):
     try:
         c, room = setup_room(home)
         sub = subscribe(c, room, rx.url())
-        m1 = c.send(room, "m1")
+        m1 = c.post(room, "m1")
         rx.wait_delivered(1)
         rx.fail = -1
-        m2 = c.send(room, "m2")
-        m3 = c.send(room, "m3")
+        m2 = c.post(room, "m2")
+        m3 = c.post(room, "m3")
         rx.wait(lambda: len(rx.hits) >= 2)  # m2's first attempt failed: a retry is pending
         c.close()
         d.kill9()
@@ -354,7 +326,7 @@ def test_restart_resumes_from_the_persisted_cursor(home, rx):
         [s] = c.ok("list_subscriptions")["subscriptions"]
         assert s["subscription_id"] == sub["subscription_id"] and s["status"] == "active"
         # Still live after the restart.
-        m4 = c.send(room, "m4")
+        m4 = c.post(room, "m4")
         assert rx.wait_delivered(4)[-1]["message"]["message_id"] == m4["message_id"]
     finally:
         d.stop()
@@ -370,7 +342,7 @@ def test_ssrf_guard_refuses_local_and_non_http_targets(home, rx):
             assert c.err("subscribe", {"room_id": room, "webhook_url": url, "secret": SECRET}) == "invalid_payload", url
         assert c.err("subscribe", {"room_id": room, "webhook_url": "https://127.0.0.1/hook", "secret": SECRET}) == "invalid_payload"
         assert c.ok("list_subscriptions")["subscriptions"] == []
-        c.send(room, "nobody is listening")
+        c.post(room, "nobody is listening")
         assert rx.hits == []
     finally:
         d.stop()
@@ -402,7 +374,7 @@ def test_https_targets_verify_the_certificate(home):
         subscribe(c, room, rx.url("/by-name", host="localhost"))  # SNI + name check, pinned address
         subscribe(c, room, rx.url("/by-ip"))  # IP SAN
         bad = subscribe(c, room, rogue.url())  # certificate from a CA the daemon does not trust
-        c.send(room, "over tls")
+        c.post(room, "over tls")
         for path in ("/by-name", "/by-ip"):
             [body] = rx.wait_delivered(1, path)
             assert body["message"]["content"] == "over tls"
@@ -446,7 +418,7 @@ def test_subscriptions_belong_to_the_api_key(hooked, rx):
 def test_redirects_are_failures_and_never_followed(hooked, rx):
     c, room = setup_room(hooked.home)
     subscribe(c, room, rx.url("/redirect"))
-    c.send(room, "m1")
+    c.post(room, "m1")
     s = wait_status(c, "failed")
     assert s["failures"] == 6
     assert [h["path"] for h in rx.hits] == ["/redirect"] * 6  # /hook was never requested
@@ -458,7 +430,7 @@ def test_a_timed_out_attempt_is_a_failure(home, rx):
         c, room = setup_room(home)
         subscribe(c, room, rx.url())
         rx.slow = 1
-        m1 = c.send(room, "m1")
+        m1 = c.post(room, "m1")
         [got] = rx.wait_delivered(1)
         assert got["message"]["message_id"] == m1["message_id"]
         # The hung attempt (which would have answered 204 after 3 s) was abandoned at 0.5 s

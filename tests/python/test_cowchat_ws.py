@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from conftest import Daemon
-from test_cowchat import CC
+from test_cowchat import CC, error_code
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
@@ -37,66 +37,36 @@ def wsd(home):
     d.stop()
 
 
-class WC:
-    """A Cowchat client over WebSocket that answers server heartbeat pings while it reads."""
+class WC(CC):
+    """The raw Cowchat client of test_cowchat over WebSocket: one frame per text message.
+    Only the transport differs; requests, replies, pushes and pings are CC's."""
 
     def __init__(self, url: str, **kw):
         # proxy=None: never route loopback tests through an environment proxy.
         self.ws = connect(url, proxy=None, max_size=None, open_timeout=10, legacy=True, **kw)
         self.n = 0
         self.pending: list[dict] = []
+        self.pings = 0
 
     def send_text(self, text: str | bytes) -> None:
         self.ws.send(text)
 
-    def send(self, ftype: str, payload: dict | None = None) -> str:
-        self.n += 1
-        rid = f"w{self.n}"
-        self.send_text(json.dumps({"id": rid, "type": ftype, "payload": payload or {}}))
-        return rid
+    def send_raw(self, data: bytes) -> None:
+        self.send_text(data.decode().rstrip("\n"))
 
-    def read(self, timeout: float = 10.0) -> dict:
+    def read(self, pings: bool = False, timeout: float = 10.0) -> dict:
         while True:
             fr = json.loads(self.ws.recv(timeout=timeout))
             if fr.get("type") == "ping" and fr.get("reply_to") is None:
+                self.pings += 1
                 self.send_text(json.dumps({"id": "p", "type": "pong", "reply_to": fr["id"], "payload": {}}))
+                if pings:
+                    return fr
                 continue
             return fr
 
-    def reply(self, rid: str) -> dict:
-        while True:
-            fr = self.read()
-            if fr.get("reply_to") == rid:
-                return fr
-            self.pending.append(fr)
-
-    def req(self, ftype: str, payload: dict | None = None) -> dict:
-        return self.reply(self.send(ftype, payload))
-
-    def ok(self, ftype: str, payload: dict | None = None) -> dict:
-        fr = self.req(ftype, payload)
-        assert fr["type"] != "error", fr
-        return fr["payload"]
-
-    def push(self, ftype: str, timeout: float = 5.0) -> dict:
-        for i, fr in enumerate(self.pending):
-            if fr["type"] == ftype:
-                return self.pending.pop(i)
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            fr = self.read()
-            if fr["type"] == ftype and fr.get("reply_to") is None:
-                return fr
-            self.pending.append(fr)
-        raise TimeoutError(ftype)
-
-    def register(self, name: str, **extra) -> str:
-        return self.ok("register", {"name": name, "protocol_version": 2, **extra})["agent_id"]
-
-
-def error_code(fr: dict) -> str:
-    assert fr["type"] == "error", fr
-    return fr["payload"]["code"]
+    def close(self) -> None:
+        self.ws.close()
 
 
 def http_get(d, path: str, headers: dict | None = None) -> tuple[int, dict]:

@@ -273,22 +273,8 @@ fn websocket_transport_send_history_and_wait() {
         "--timeout",
         "60",
     ]);
-    let w = c
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
-    send(&d, "alice", "wsroom", "pushed", &[]);
-    let o = w.wait_with_output().unwrap();
     assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    assert_eq!(
-        contents(&json_lines(&String::from_utf8(o.stdout).unwrap())),
+        contents(&woken_by(c, &d, "alice", "wsroom", "pushed")),
         vec!["pushed"]
     );
 }

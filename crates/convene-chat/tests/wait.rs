@@ -48,21 +48,7 @@ fn wait_loop_drain_returns_backlog_then_a_live_message() {
         "--timeout",
         "60",
     ]);
-    let waiter = c
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
-    send(&d, "alice", "work", "three", &[]);
-    let o = waiter.wait_with_output().unwrap();
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let got = json_lines(&String::from_utf8(o.stdout).unwrap());
+    let got = woken_by(c, &d, "alice", "work", "three");
     assert_eq!(contents(&got), vec!["three"]);
     assert_eq!(got[0]["agent_id"], "alice");
 }

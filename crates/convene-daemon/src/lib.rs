@@ -199,11 +199,7 @@ pub async fn start(cfg: Config) -> Result<Running, DaemonError> {
     });
     let mut cowchat_tcp = None;
     let tcp_listener = match (&cfg.cowchat_tcp, &cfg.cowchat_tcp_default) {
-        (Some(addr), _) => Some(
-            TcpListener::bind(addr)
-                .await
-                .map_err(|e| DaemonError::Listen(addr.clone(), e))?,
-        ),
+        (Some(addr), _) => Some(bind_tcp(addr).await?),
         (None, Some(addr)) => match TcpListener::bind(addr).await {
             Ok(l) => Some(l),
             Err(e) => {
@@ -222,9 +218,7 @@ pub async fn start(cfg: Config) -> Result<Running, DaemonError> {
     }
     let mut cowchat_ws = None;
     if let Some(addr) = &cfg.cowchat_ws {
-        let tl = TcpListener::bind(addr)
-            .await
-            .map_err(|e| DaemonError::Listen(addr.clone(), e))?;
+        let tl = bind_tcp(addr).await?;
         cowchat_ws = tl.local_addr().ok();
         let d = daemon.clone();
         listen::tcp(
@@ -253,9 +247,7 @@ pub async fn start(cfg: Config) -> Result<Running, DaemonError> {
     });
     let mut tcp = None;
     if let Some(addr) = &cfg.tcp {
-        let tl = TcpListener::bind(addr)
-            .await
-            .map_err(|e| DaemonError::Listen(addr.clone(), e))?;
+        let tl = bind_tcp(addr).await?;
         tcp = tl.local_addr().ok();
         let d = daemon.clone();
         listen::tcp(&daemon, tl, cfg.tcp_require_key, "ipc", move |s, t| {
@@ -278,6 +270,13 @@ pub async fn start(cfg: Config) -> Result<Running, DaemonError> {
         cowchat_ws,
         home,
     })
+}
+
+/// Binds a TCP listener the operator asked for (a failure stops the start).
+async fn bind_tcp(addr: &str) -> Result<TcpListener, DaemonError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|e| DaemonError::Listen(addr.to_string(), e))
 }
 
 impl Running {

@@ -193,6 +193,26 @@ pub fn send(d: &Daemon, who: &str, room: &str, text: &str, extra: &[&str]) -> Va
     serde_json::from_str(ok(c).trim()).unwrap()
 }
 
+/// Starts a blocked waiter (`c`), lets it settle, has `sender` send `text` to `room`, and
+/// returns the waiter's JSON lines once it exited 0.
+pub fn woken_by(mut c: Command, d: &Daemon, sender: &str, room: &str, text: &str) -> Vec<Value> {
+    let waiter = c
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    send(d, sender, room, text, &[]);
+    let o = waiter.wait_with_output().unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    json_lines(&String::from_utf8(o.stdout).unwrap())
+}
+
 pub fn tip(d: &Daemon, who: &str, room: &str) -> u64 {
     let mut c = d.cow(who);
     c.args(["rooms", "tip", room]);

@@ -8,7 +8,7 @@ use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
 use super::conn::{After, Agent, Session};
-use super::live::{self, fan_out};
+use super::live;
 use super::rooms::{self, is_room};
 use super::{keys, Face};
 use convene_cowchat::ErrorCode;
@@ -217,8 +217,8 @@ pub(super) async fn drop_memberships(face: &Face, agent: &str) {
     }
     for (gid, _) in rooms_of(face, agent) {
         match rooms::remove_member(face, &gid, agent, "disconnected").await {
-            Ok(Some(After::Push(outs, t, v))) => fan_out(&outs, t, &v),
-            Ok(_) => {}
+            Ok(Some(owed)) => owed.apply(face),
+            Ok(None) => {}
             Err(e) => {
                 tracing::debug!(room = %gid, agent, error = %e, "cowchat: dropping a membership failed")
             }

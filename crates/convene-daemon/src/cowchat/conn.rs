@@ -460,16 +460,23 @@ pub(super) enum After {
     Run(Box<dyn FnOnce() + Send + Sync>),
 }
 
-/// Applies what a handler left for after its answer.
-fn settle_turns(s: &mut Session) {
-    for a in std::mem::take(&mut s.after) {
-        match a {
+impl After {
+    /// Does what was owed.
+    pub(super) fn apply(self, face: &Face) {
+        match self {
             After::Turn(room, agent, reason) => {
-                super::live::turn_event(&s.face, &room, &agent, reason)
+                super::live::turn_event(face, &room, &agent, reason)
             }
             After::Push(outs, t, v) => super::live::fan_out(&outs, t, &v),
             After::Run(f) => f(),
         }
+    }
+}
+
+/// Applies what a handler left for after its answer.
+fn settle_turns(s: &mut Session) {
+    for a in std::mem::take(&mut s.after) {
+        a.apply(&s.face);
     }
 }
 
