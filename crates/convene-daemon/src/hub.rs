@@ -3,14 +3,15 @@
 //! a cursor reads `seq > cursor` from the buffer (or the store when it fell behind), so replay
 //! and live cut over with no gap and no duplicate.
 
+use std::any::Any;
 use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::watch;
 
 /// A committed event as subscribers see it.
-#[derive(Debug)]
 pub struct FeedEvent {
     /// Per-group sequence.
     pub seq: u64,
@@ -18,19 +19,68 @@ pub struct FeedEvent {
     pub kind: String,
     /// Stored JSON.
     pub json: String,
+    /// A face's derived form of the event (the Cowchat face keeps its rendered message
+    /// here), computed once by whichever reader needs it first: ten receivers of a message
+    /// and every later history read share one rendering.
+    pub memo: OnceLock<Box<dyn Any + Send + Sync>>,
+}
+
+impl FeedEvent {
+    /// A committed event with no memo yet.
+    pub fn new(seq: u64, kind: String, json: String) -> Self {
+        Self {
+            seq,
+            kind,
+            json,
+            memo: OnceLock::new(),
+        }
+    }
+
+    /// Bytes this event holds in a buffer (its JSON, and room for a rendering of about the
+    /// same size).
+    fn weight(&self) -> usize {
+        2 * self.json.len() + 128
+    }
+}
+
+impl std::fmt::Debug for FeedEvent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FeedEvent")
+            .field("seq", &self.seq)
+            .field("kind", &self.kind)
+            .finish_non_exhaustive()
+    }
 }
 
 /// One group's recent events and head.
 pub struct Feed {
-    buf: Mutex<VecDeque<Arc<FeedEvent>>>,
+    buf: Mutex<Buffer>,
     head: watch::Sender<u64>,
     cap: usize,
+}
+
+#[derive(Default)]
+struct Buffer {
+    events: VecDeque<Arc<FeedEvent>>,
+    /// Sum of the events' weights.
+    bytes: usize,
+}
+
+impl Buffer {
+    fn pop_front(&mut self) -> usize {
+        let w = self.events.pop_front().map(|e| e.weight()).unwrap_or(0);
+        self.bytes -= w;
+        w
+    }
 }
 
 impl Feed {
     fn new(head: u64, cap: usize) -> Self {
         Self {
-            buf: Mutex::new(VecDeque::with_capacity(cap.min(1024))),
+            buf: Mutex::new(Buffer {
+                events: VecDeque::with_capacity(cap.min(1024)),
+                bytes: 0,
+            }),
             head: watch::channel(head).0,
             cap,
         }
@@ -50,12 +100,66 @@ impl Feed {
     /// `cursor + 1` (read the store instead).
     pub fn after(&self, cursor: u64, max: usize) -> Option<Vec<Arc<FeedEvent>>> {
         let buf = self.buf.lock();
-        let first = buf.front().map(|e| e.seq)?;
+        let first = buf.events.front().map(|e| e.seq)?;
         if cursor + 1 < first {
             return None;
         }
         let skip = (cursor + 1 - first) as usize;
-        Some(buf.iter().skip(skip).take(max).cloned().collect())
+        Some(buf.events.iter().skip(skip).take(max).cloned().collect())
+    }
+
+    /// The events after `cursor` in order, until `take` has accepted `max` of them (it
+    /// sees each event and says whether it counts); `None` when the buffer no longer holds
+    /// `cursor + 1`. Only clones under the lock: the caller does the real work outside.
+    pub fn scan_after(
+        &self,
+        cursor: u64,
+        max: usize,
+        take: impl Fn(&FeedEvent) -> bool,
+    ) -> Option<Vec<Arc<FeedEvent>>> {
+        let buf = self.buf.lock();
+        let first = buf.events.front().map(|e| e.seq)?;
+        if cursor + 1 < first {
+            return None;
+        }
+        let skip = (cursor + 1 - first) as usize;
+        let mut out = Vec::new();
+        for e in buf.events.iter().skip(skip) {
+            if out.len() == max {
+                break;
+            }
+            if take(e) {
+                out.push(e.clone());
+            }
+        }
+        Some(out)
+    }
+
+    /// The newest `max` events with `seq < before` (all when `before` is 0) that `take`
+    /// accepts, oldest first; `None` when the buffer might not hold them all (it starts
+    /// after the group's first event and fewer than `max` were found).
+    pub fn scan_before(
+        &self,
+        before: u64,
+        max: usize,
+        take: impl Fn(&FeedEvent) -> bool,
+    ) -> Option<Vec<Arc<FeedEvent>>> {
+        let buf = self.buf.lock();
+        let mut out = Vec::new();
+        for e in buf.events.iter().rev() {
+            if out.len() == max {
+                break;
+            }
+            if (before == 0 || e.seq < before) && take(e) {
+                out.push(e.clone());
+            }
+        }
+        let whole = buf.events.front().is_some_and(|f| f.seq <= 1);
+        if out.len() < max && !whole {
+            return None;
+        }
+        out.reverse();
+        Some(out)
     }
 }
 
@@ -63,15 +167,30 @@ impl Feed {
 pub struct Hub {
     feeds: RwLock<HashMap<String, Arc<Feed>>>,
     cap: usize,
+    /// Weight of every buffered event, all groups together.
+    total: AtomicUsize,
+    /// Above this total, a publishing group trims its own buffer (down to [`FLOOR`]).
+    budget: usize,
 }
 
+/// Events a group keeps however tight the budget: subscribers that are a little behind
+/// still read from memory.
+const FLOOR: usize = 256;
+
 impl Hub {
-    /// A hub keeping `cap` recent events per group.
-    pub fn new(cap: usize) -> Self {
+    /// A hub keeping up to `cap` recent events per group and about `budget` bytes in all.
+    pub fn new(cap: usize, budget: usize) -> Self {
         Self {
             feeds: RwLock::new(HashMap::new()),
             cap,
+            total: AtomicUsize::new(0),
+            budget,
         }
+    }
+
+    /// Bytes buffered across all groups (approximate weight).
+    pub fn buffered_bytes(&self) -> usize {
+        self.total.load(Ordering::Relaxed)
     }
 
     /// The feed of a group, created at `head` when new.
@@ -100,23 +219,37 @@ impl Hub {
         let feed = self.feed(group_id, first.saturating_sub(1));
         {
             let mut buf = feed.buf.lock();
+            let (mut added, mut freed) = (0, 0);
             // Imports may reset a group; keep the buffer contiguous.
-            if buf.back().map(|b| b.seq + 1 != first).unwrap_or(false) {
-                buf.clear();
+            if buf.events.back().is_some_and(|b| b.seq + 1 != first) {
+                freed += buf.bytes;
+                *buf = Buffer::default();
             }
             for e in events {
-                if buf.len() == feed.cap {
-                    buf.pop_front();
+                if buf.events.len() == feed.cap {
+                    freed += buf.pop_front();
                 }
-                buf.push_back(Arc::new(e));
+                let w = e.weight();
+                buf.bytes += w;
+                added += w;
+                buf.events.push_back(Arc::new(e));
             }
+            let mut total = self.total.fetch_add(added, Ordering::Relaxed) + added - freed;
+            while total > self.budget && buf.events.len() > FLOOR {
+                let w = buf.pop_front();
+                freed += w;
+                total -= w;
+            }
+            self.total.fetch_sub(freed, Ordering::Relaxed);
         }
         feed.head.send_replace(last);
     }
 
     /// Drops a deleted group's feed; its subscribers see the channel close.
     pub fn remove(&self, group_id: &str) {
-        self.feeds.write().remove(group_id);
+        if let Some(f) = self.feeds.write().remove(group_id) {
+            self.total.fetch_sub(f.buf.lock().bytes, Ordering::Relaxed);
+        }
     }
 }
 
@@ -125,16 +258,12 @@ mod tests {
     use super::*;
 
     fn ev(seq: u64) -> FeedEvent {
-        FeedEvent {
-            seq,
-            kind: "k".into(),
-            json: format!("{seq}"),
-        }
+        FeedEvent::new(seq, "k".into(), format!("{seq:08}"))
     }
 
     #[test]
     fn buffer_serves_contiguous_suffix_or_defers_to_store() {
-        let hub = Hub::new(3);
+        let hub = Hub::new(3, usize::MAX);
         hub.publish("g", (1..=5).map(ev).collect());
         let f = hub.get("g").unwrap();
         assert_eq!(f.head(), 5);
@@ -142,5 +271,43 @@ mod tests {
         let got: Vec<u64> = f.after(2, 10).unwrap().iter().map(|e| e.seq).collect();
         assert_eq!(got, vec![3, 4, 5]);
         assert!(f.after(5, 10).unwrap().is_empty());
+    }
+
+    #[test]
+    fn scans_answer_from_memory_only_when_the_buffer_reaches_far_enough() {
+        let hub = Hub::new(4, usize::MAX);
+        hub.publish("g", (1..=3).map(ev).collect());
+        let f = hub.get("g").unwrap();
+        let seqs = |v: Vec<Arc<FeedEvent>>| v.iter().map(|e| e.seq).collect::<Vec<_>>();
+        // The whole group is buffered: a short answer is complete.
+        assert_eq!(seqs(f.scan_before(0, 10, |_| true).unwrap()), vec![1, 2, 3]);
+        assert_eq!(seqs(f.scan_before(3, 1, |_| true).unwrap()), vec![2]);
+        assert_eq!(seqs(f.scan_after(1, 10, |e| e.seq != 2).unwrap()), vec![3]);
+        hub.publish("g", (4..=6).map(ev).collect());
+        // Seq 1 and 2 fell out: only answers fully inside the buffer come from memory.
+        assert!(f.scan_before(0, 10, |_| true).is_none());
+        assert_eq!(seqs(f.scan_before(0, 2, |_| true).unwrap()), vec![5, 6]);
+        assert!(f.scan_after(1, 10, |_| true).is_none());
+        assert_eq!(seqs(f.scan_after(2, 2, |_| true).unwrap()), vec![3, 4]);
+    }
+
+    #[test]
+    fn budget_trims_the_publishing_group_to_its_floor() {
+        let one = ev(1).weight();
+        let hub = Hub::new(10_000, one * (FLOOR + 10));
+        hub.publish("a", (1..=(FLOOR as u64 + 5)).map(ev).collect());
+        assert_eq!(hub.buffered_bytes(), one * (FLOOR + 5));
+        hub.publish("b", (1..=20).map(ev).collect());
+        // Over budget: "b" trims itself, but never below the floor.
+        assert!(hub.get("b").unwrap().buf.lock().events.len() == 20);
+        hub.publish("a", vec![ev(FLOOR as u64 + 6)]);
+        assert_eq!(hub.get("a").unwrap().buf.lock().events.len(), FLOOR);
+        let total: usize = ["a", "b"]
+            .iter()
+            .map(|g| hub.get(g).unwrap().buf.lock().bytes)
+            .sum();
+        assert_eq!(hub.buffered_bytes(), total);
+        hub.remove("a");
+        assert_eq!(hub.buffered_bytes(), hub.get("b").unwrap().buf.lock().bytes);
     }
 }

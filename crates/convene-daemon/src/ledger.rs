@@ -20,6 +20,10 @@ use crate::hub::{FeedEvent, Hub};
 
 /// Most commands committed in one transaction.
 const MAX_BATCH: usize = 512;
+/// Recent events each group keeps in memory for subscribers and history reads.
+const HUB_EVENTS: usize = 16_384;
+/// About how many bytes the recent-event buffers of all groups hold together.
+const HUB_BYTES: usize = 64 << 20;
 /// Commands waiting for the writer before senders are told to back off.
 pub const QUEUE_DEPTH: usize = 8192;
 
@@ -41,9 +45,26 @@ impl Committed {
     }
 }
 
-struct Job {
-    cmd: Command,
-    reply: oneshot::Sender<Result<Committed, CoreError>>,
+/// One command's answer.
+pub type Answer = Result<Committed, CoreError>;
+
+/// Queued work: one command, or a run of one caller's commands answered together (a
+/// pipelining client's buffered frames: one hand-off and one wake-up for all of them).
+// `One` is the common case and was this size before `Many` existed; boxing it would add an
+// allocation per command.
+#[allow(clippy::large_enum_variant)]
+enum Job {
+    One(Command, oneshot::Sender<Answer>),
+    Many(Vec<Command>, oneshot::Sender<Vec<Answer>>),
+}
+
+impl Job {
+    fn len(&self) -> usize {
+        match self {
+            Job::One(..) => 1,
+            Job::Many(c, _) => c.len(),
+        }
+    }
 }
 
 /// Handle to the ledger: cheap to clone.
@@ -86,7 +107,7 @@ impl Ledger {
             std::time::Duration::from_millis(250),
             alive.clone(),
         )?;
-        let hub = Arc::new(Hub::new(4096));
+        let hub = Arc::new(Hub::new(HUB_EVENTS, HUB_BYTES));
         for g in engine.groups() {
             hub.feed(&g.group_id, g.last_seq);
         }
@@ -125,12 +146,29 @@ impl Ledger {
         cmd: Command,
     ) -> Result<oneshot::Receiver<Result<Committed, CoreError>>, CoreError> {
         let (reply, rx) = oneshot::channel();
+        self.enqueue(Job::One(cmd, reply)).await?;
+        Ok(rx)
+    }
+
+    /// Queues `cmds` as one unit, in order; the receiver resolves with one answer per
+    /// command once they are durable (or refused). They commit in the same transaction unless
+    /// the batch limit splits them, and nothing queued later commits before them.
+    pub async fn submit_many(
+        &self,
+        cmds: Vec<Command>,
+    ) -> Result<oneshot::Receiver<Vec<Answer>>, CoreError> {
+        let (reply, rx) = oneshot::channel();
+        self.enqueue(Job::Many(cmds, reply)).await?;
+        Ok(rx)
+    }
+
+    async fn enqueue(&self, job: Job) -> Result<(), CoreError> {
         self.pending.fetch_add(1, Ordering::AcqRel);
-        if self.tx.send(Job { cmd, reply }).await.is_err() {
+        if self.tx.send(job).await.is_err() {
             self.pending.fetch_sub(1, Ordering::AcqRel);
             return Err(stopped());
         }
-        Ok(rx)
+        Ok(())
     }
 
     /// Commits the command on the calling thread when nothing is queued or committing (the
@@ -147,16 +185,33 @@ impl Ledger {
             return None;
         }
         let (reply, mut rx) = oneshot::channel();
-        core.process(vec![Job {
-            cmd: cmd.take()?,
-            reply,
-        }]);
+        core.process(vec![Job::One(cmd.take()?, reply)]);
         drop(core);
         Some(rx.try_recv().unwrap_or_else(|_| Err(stopped())))
     }
 
+    /// [`Ledger::try_inline`] for a run of commands: commits them all in one transaction on
+    /// the calling thread when the ledger is idle (taking them out of `cmds`), else `None`.
+    pub fn try_inline_many(&self, cmds: &mut Vec<Command>) -> Option<Vec<Answer>> {
+        if self.pending.load(Ordering::Acquire) != 0 {
+            return None;
+        }
+        let mut core = self.core.try_lock()?;
+        if self.pending.load(Ordering::Acquire) != 0 {
+            return None;
+        }
+        let n = cmds.len();
+        let (reply, mut rx) = oneshot::channel();
+        core.process(vec![Job::Many(std::mem::take(cmds), reply)]);
+        drop(core);
+        Some(
+            rx.try_recv()
+                .unwrap_or_else(|_| (0..n).map(|_| Err(stopped())).collect()),
+        )
+    }
+
     /// Executes a command; resolves once it is durable (or refused).
-    pub async fn execute(&self, cmd: Command) -> Result<Committed, CoreError> {
+    pub async fn execute(&self, cmd: Command) -> Answer {
         // Always queued: callers that know they are sequential use `try_inline` first, and a
         // pipelining caller must not commit one command per fsync on its own thread.
         self.submit(cmd).await?.await.map_err(|_| stopped())?
@@ -192,13 +247,7 @@ impl Ledger {
                 .map_err(|e| CoreError::new(convene_core::ErrorCode::Internal, e.to_string()))??;
         Ok(page
             .into_iter()
-            .map(|r| {
-                Arc::new(FeedEvent {
-                    seq: r.seq,
-                    kind: r.kind,
-                    json: r.json,
-                })
-            })
+            .map(|r| Arc::new(FeedEvent::new(r.seq, r.kind, r.json)))
             .collect())
     }
 
@@ -263,18 +312,20 @@ fn next_job(rx: &mut mpsc::Receiver<Job>) -> Option<Job> {
 /// How long the writer polls for work before parking.
 const SPIN_MICROS: u64 = 100;
 
-type Answer = (
-    oneshot::Sender<Result<Committed, CoreError>>,
-    Result<(Outcome, Vec<String>), CoreError>,
-);
+/// A command's result inside a batch, before it is handed to its caller.
+type Done = Result<(Outcome, Vec<String>), CoreError>;
 
 fn writer_loop(core: &Mutex<Core>, pending: &AtomicUsize, mut rx: mpsc::Receiver<Job>) {
     while let Some(first) = next_job(&mut rx) {
         let mut batch = Vec::with_capacity(16);
+        let mut cmds = first.len();
         batch.push(first);
-        while batch.len() < MAX_BATCH {
+        while cmds < MAX_BATCH {
             match rx.try_recv() {
-                Ok(j) => batch.push(j),
+                Ok(j) => {
+                    cmds += j.len();
+                    batch.push(j);
+                }
                 Err(_) => break,
             }
         }
@@ -290,12 +341,24 @@ impl Core {
     fn process(&mut self, batch: Vec<Job>) {
         let (writer, engine, hub, committed) =
             (&mut self.writer, &self.engine, &self.hub, &self.committed);
+        let mut cmds = Vec::with_capacity(batch.len());
+        let mut replies = Vec::with_capacity(batch.len());
+        for job in batch {
+            match job {
+                Job::One(c, r) => {
+                    cmds.push(c);
+                    replies.push(Reply::One(r));
+                }
+                Job::Many(cs, r) => {
+                    replies.push(Reply::Many(cs.len(), r));
+                    cmds.extend(cs);
+                }
+            }
+        }
         let mut eng = engine.write();
-        let answers = run_batch(writer, &mut eng, batch);
-        let answers = match answers {
-            Ok(a) => a,
-            Err(b) => {
-                let (e, replies) = *b;
+        let done = match run_batch(writer, &mut eng, cmds) {
+            Ok(d) => d,
+            Err(e) => {
                 tracing::error!(error = %e, "batch failed; reloading state from the store");
                 match writer.load_groups() {
                     Ok(groups) => {
@@ -306,7 +369,7 @@ impl Core {
                 }
                 drop(eng);
                 for r in replies {
-                    let _ = r.send(Err(e.clone()));
+                    r.fail(&e);
                 }
                 return;
             }
@@ -316,35 +379,23 @@ impl Core {
         let mut all = Vec::new();
         let mut per_group: Vec<(String, Vec<FeedEvent>)> = Vec::new();
         let mut deleted = Vec::new();
-        for (_, res) in &answers {
-            if let Ok((out, jsons)) = res {
-                for c in &out.changes {
-                    if let convene_core::Change::GroupDelete(g) = c {
-                        deleted.push(g.clone());
-                    }
+        for (out, jsons) in done.iter().flatten() {
+            for c in &out.changes {
+                if let convene_core::Change::GroupDelete(g) = c {
+                    deleted.push(g.clone());
                 }
-                for (e, j) in out.events.iter().zip(jsons) {
-                    match per_group.iter_mut().find(|(g, _)| *g == e.group_id) {
-                        Some((_, v)) => v.push(FeedEvent {
-                            seq: e.seq,
-                            kind: e.kind.clone(),
-                            json: j.clone(),
-                        }),
-                        None => per_group.push((
-                            e.group_id.clone(),
-                            vec![FeedEvent {
-                                seq: e.seq,
-                                kind: e.kind.clone(),
-                                json: j.clone(),
-                            }],
-                        )),
-                    }
-                    // Only prompt-delivery messages concern the runtime worker.
-                    if e.kind == convene_core::event::kinds::CHAT_MESSAGE
-                        && matches!(e.data_str("message_mode"), Some("send" | "request_reply"))
-                    {
-                        all.push(e.clone());
-                    }
+            }
+            for (e, j) in out.events.iter().zip(jsons) {
+                let fe = FeedEvent::new(e.seq, e.kind.clone(), j.clone());
+                match per_group.iter_mut().find(|(g, _)| *g == e.group_id) {
+                    Some((_, v)) => v.push(fe),
+                    None => per_group.push((e.group_id.clone(), vec![fe])),
+                }
+                // Only prompt-delivery messages concern the runtime worker.
+                if e.kind == convene_core::event::kinds::CHAT_MESSAGE
+                    && matches!(e.data_str("message_mode"), Some("send" | "request_reply"))
+                {
+                    all.push(e.clone());
                 }
             }
         }
@@ -357,59 +408,70 @@ impl Core {
         if !all.is_empty() {
             let _ = committed.send(Arc::new(all));
         }
-        for (reply, res) in answers {
-            let _ = reply.send(res.map(|(out, jsons)| Committed {
+        let mut done = done.into_iter().map(|res| {
+            res.map(|(out, jsons)| Committed {
                 events: out.events.into_iter().zip(jsons).collect(),
                 existing: out.existing,
-            }));
+            })
+        });
+        for r in replies {
+            match r {
+                Reply::One(tx) => {
+                    let _ = tx.send(done.next().unwrap_or_else(|| Err(stopped())));
+                }
+                Reply::Many(n, tx) => {
+                    let v = (0..n)
+                        .map(|_| done.next().unwrap_or_else(|| Err(stopped())))
+                        .collect();
+                    let _ = tx.send(v);
+                }
+            }
         }
     }
 }
 
-/// A failed batch: the error and every waiting caller (boxed: it is the rare path).
-type BatchErr = Box<(
-    CoreError,
-    Vec<oneshot::Sender<Result<Committed, CoreError>>>,
-)>;
+/// Where a batch's answers go: one caller per command, or one per run of commands.
+enum Reply {
+    One(oneshot::Sender<Answer>),
+    Many(usize, oneshot::Sender<Vec<Answer>>),
+}
 
+impl Reply {
+    fn fail(self, e: &CoreError) {
+        match self {
+            Reply::One(tx) => {
+                let _ = tx.send(Err(e.clone()));
+            }
+            Reply::Many(n, tx) => {
+                let _ = tx.send((0..n).map(|_| Err(e.clone())).collect());
+            }
+        }
+    }
+}
+
+/// Executes `cmds` in one transaction: per command its outcome or refusal, or, when storage
+/// fails, the error for all (nothing of the batch committed).
 fn run_batch(
     writer: &mut Writer,
     eng: &mut Engine,
-    batch: Vec<Job>,
-) -> Result<Vec<Answer>, BatchErr> {
-    let tx = match writer.begin() {
-        Ok(t) => t,
-        Err(e) => {
-            return Err(Box::new((
-                e.into(),
-                batch.into_iter().map(|j| j.reply).collect(),
-            )))
-        }
-    };
-    let mut answers: Vec<Answer> = Vec::with_capacity(batch.len());
-    let mut iter = batch.into_iter();
+    cmds: Vec<Command>,
+) -> Result<Vec<Done>, CoreError> {
+    let tx = writer.begin()?;
+    let mut done: Vec<Done> = Vec::with_capacity(cmds.len());
     let now = time::OffsetDateTime::now_utc();
-    while let Some(job) = iter.next() {
+    for cmd in cmds {
         let res = {
             let view = WriterView::new(&tx);
-            eng.execute(&view, job.cmd, now)
+            eng.execute(&view, cmd, now)
         };
         match res {
-            Ok(out) => match convene_store::apply(&tx, &out) {
-                Ok(jsons) => answers.push((job.reply, Ok((out, jsons)))),
-                Err(e) => {
-                    let mut replies: Vec<_> = answers.into_iter().map(|(r, _)| r).collect();
-                    replies.push(job.reply);
-                    replies.extend(iter.map(|j| j.reply));
-                    return Err(Box::new((e.into(), replies)));
-                }
-            },
-            Err(e) => answers.push((job.reply, Err(e))),
+            Ok(out) => {
+                let jsons = convene_store::apply(&tx, &out)?;
+                done.push(Ok((out, jsons)));
+            }
+            Err(e) => done.push(Err(e)),
         }
     }
-    if let Err(e) = tx.commit() {
-        let replies = answers.into_iter().map(|(r, _)| r).collect();
-        return Err(Box::new((CoreError::storage(e.to_string()), replies)));
-    }
-    Ok(answers)
+    tx.commit().map_err(|e| CoreError::storage(e.to_string()))?;
+    Ok(done)
 }

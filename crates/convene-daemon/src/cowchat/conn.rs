@@ -163,8 +163,10 @@ pub(super) struct Session {
     /// Events owed once the current answer is queued (the caller sees its answer first).
     pub after: Vec<After>,
     inflight: Arc<Semaphore>,
-    /// More frames are already buffered from the client (it is pipelining).
+    /// Another whole frame is already buffered from the client (it is pipelining).
     more_buffered: bool,
+    /// Validated `send_message` frames not yet handed to the ledger: (frame id, command).
+    sends: Vec<(Option<Value>, convene_core::Command)>,
 }
 
 impl Session {
@@ -248,6 +250,7 @@ where
         after: Vec::new(),
         inflight: Arc::new(Semaphore::new(MAX_INFLIGHT as usize)),
         more_buffered: false,
+        sends: Vec::new(),
     };
     let mut shutdown = face.d.shutdown_rx();
     let mut buf = Vec::with_capacity(4096);
@@ -278,7 +281,7 @@ where
                     }
                 }
                 Ok(f) => {
-                    s.more_buffered = !r.buffer().is_empty();
+                    s.more_buffered = r.buffer().contains(&b'\n');
                     if !handle(&mut s, f).await {
                         break;
                     }
@@ -376,6 +379,9 @@ async fn handle(s: &mut Session, f: Frame) -> bool {
         return send_pipelined(s, f).await;
     }
     // Everything else observes the effects of earlier sends on this connection.
+    if !flush_sends(s).await {
+        return false;
+    }
     if let Ok(all) = s.inflight.acquire_many(MAX_INFLIGHT).await {
         drop(all);
     }
@@ -492,53 +498,72 @@ pub(super) async fn reply(
     }
 }
 
-/// `send_message` is validated and queued for the ledger in frame order, but its answer
-/// is awaited off the reader loop, so a pipelining client shares group commits (one fsync
-/// for many messages) instead of paying one fsync per frame.
+/// Most `send_message` frames handed to the ledger as one run.
+const MAX_RUN: usize = 128;
+
+/// `send_message` is validated in frame order and collected while the client's next frame
+/// is already buffered; the run goes to the ledger in one hand-off (one transaction, one
+/// fsync) and is answered off the reader loop, so a pipelining client shares group commits
+/// and wake-ups instead of paying them per frame.
 async fn send_pipelined(s: &mut Session, f: Frame) -> bool {
-    let rid = f.id.clone();
-    let Ok(permit) = s.inflight.clone().acquire_owned().await else {
-        return false;
-    };
-    let cmd = match messages::send_command(s, f.payload) {
-        Ok(c) => c,
-        Err(e) => return s.out.error(rid.as_ref(), &e).await,
-    };
-    let ledger = s.face.d.ledger.clone();
-    // A sequential client (no earlier send unanswered, nothing more buffered) commits on
-    // this thread when the ledger is idle: no hand-off to the writer thread and back.
-    let mut cmd = Some(cmd);
-    if !s.more_buffered && s.inflight.available_permits() + 1 == MAX_INFLIGHT as usize {
-        if let Some(r) = ledger.try_inline(&mut cmd) {
-            drop(permit);
-            return answer_send(&s.face, &s.out, rid.as_ref(), r).await;
+    match messages::send_command(s, f.payload) {
+        Ok(c) => s.sends.push((f.id, c)),
+        Err(e) => {
+            if !s.out.error(f.id.as_ref(), &e).await {
+                return false;
+            }
         }
     }
-    let Some(cmd) = cmd else {
-        return s
-            .out
-            .error(rid.as_ref(), &super::wire(crate::ledger::stopped()))
-            .await;
+    if s.more_buffered && s.sends.len() < MAX_RUN {
+        return true;
+    }
+    flush_sends(s).await
+}
+
+/// Hands the collected sends to the ledger. A client with nothing else unanswered commits
+/// on this thread when the ledger is idle (no hand-off to the writer thread and back).
+async fn flush_sends(s: &mut Session) -> bool {
+    if s.sends.is_empty() {
+        return true;
+    }
+    let (rids, mut cmds): (Vec<_>, Vec<_>) = std::mem::take(&mut s.sends).into_iter().unzip();
+    let n = cmds.len() as u32;
+    let Ok(permit) = s.inflight.clone().acquire_many_owned(n).await else {
+        return false;
     };
-    // The first poll enqueues the command, fixing its order: the ledger queue is a FIFO
-    // and its bounded sender is fair, so even a full queue keeps frame order. Unconstrained,
-    // because tokio's cooperative budget could otherwise make that first poll yield before
-    // enqueueing, letting a later frame overtake this one.
+    let ledger = s.face.d.ledger.clone();
+    if s.inflight.available_permits() as u32 + n == MAX_INFLIGHT {
+        if let Some(r) = ledger.try_inline_many(&mut cmds) {
+            drop(permit);
+            return answer_sends(&s.face, &s.out, rids, r).await;
+        }
+    }
+    // The first poll enqueues the run, fixing its order: the ledger queue is a FIFO and its
+    // bounded sender is fair, so even a full queue keeps frame order. Unconstrained, because
+    // tokio's cooperative budget could otherwise make that first poll yield before
+    // enqueueing, letting a later frame overtake this run.
     let mut fut = Box::pin(tokio::task::unconstrained(async move {
-        ledger.execute(cmd).await
+        match ledger.submit_many(cmds).await {
+            Ok(rx) => rx.await.map_err(|_| crate::ledger::stopped()),
+            Err(e) => Err(e),
+        }
     }));
     let first = std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx))).await;
-    let out = s.out.clone();
-    let face = s.face.clone();
+    let (out, face) = (s.out.clone(), s.face.clone());
+    let answer = |r: Result<Vec<crate::ledger::Answer>, convene_core::CoreError>, rids: Vec<_>| {
+        let n = rids.len();
+        r.unwrap_or_else(|e| (0..n).map(|_| Err(e.clone())).collect())
+    };
     match first {
         Poll::Ready(r) => {
             drop(permit);
-            answer_send(&face, &out, rid.as_ref(), r).await
+            let r = answer(r, rids.clone());
+            answer_sends(&face, &out, rids, r).await
         }
         Poll::Pending => {
             tokio::spawn(async move {
-                let r = fut.await;
-                answer_send(&face, &out, rid.as_ref(), r).await;
+                let r = answer(fut.await, rids.clone());
+                answer_sends(&face, &out, rids, r).await;
                 drop(permit);
             });
             true
@@ -546,18 +571,37 @@ async fn send_pipelined(s: &mut Session, f: Frame) -> bool {
     }
 }
 
-async fn answer_send(
+/// Queues the answers of a run of sends as one write, then moves the turn token once per
+/// room (every send of one agent moves it to the same next member).
+async fn answer_sends(
     face: &Face,
     out: &Outbox,
-    rid: Option<&Value>,
-    r: Result<crate::ledger::Committed, convene_core::CoreError>,
+    rids: Vec<Option<Value>>,
+    res: Vec<crate::ledger::Answer>,
 ) -> bool {
-    match r.map_err(super::wire).and_then(messages::sent_payload) {
-        Ok((v, turn)) => {
-            let ok = out.frame_raw("ok", rid, &v).await;
-            messages::apply_turn(face, turn);
-            ok
+    let mut lines = Vec::with_capacity(rids.len() * 320);
+    let mut turns: Vec<(String, String)> = Vec::new();
+    for (rid, r) in rids.iter().zip(res) {
+        let id = out.next_id();
+        match r.map_err(super::wire).and_then(messages::sent_payload) {
+            Ok((v, turn)) => {
+                lines.extend(convene_cowchat::frame::raw_line(
+                    &id,
+                    "ok",
+                    rid.as_ref(),
+                    &v,
+                ));
+                if let Some(t) = turn {
+                    turns.retain(|x| x.0 != t.0);
+                    turns.push(t);
+                }
+            }
+            Err(e) => lines.extend(error_frame(&id, rid.as_ref(), &e)),
         }
-        Err(e) => out.error(rid, &e).await,
     }
+    let ok = out.send(lines).await;
+    for t in turns {
+        messages::apply_turn(face, Some(t));
+    }
+    ok
 }

@@ -24,7 +24,8 @@ use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
 use super::conn::Session;
-use super::{live, rooms, wire, Face, DATA_KEY, THINKING_KIND};
+use super::{live, push, rooms, wire, Face, DATA_KEY, THINKING_KIND};
+use crate::hub::FeedEvent;
 
 /// A stored event, borrowed from its JSON: only what a message needs.
 #[derive(Deserialize)]
@@ -413,6 +414,21 @@ pub(super) async fn get_history(
         _ => None,
     };
     let room = h.room_id;
+    if let Some(feed) = s.face.d.ledger.hub().get(&gid) {
+        let r = room.clone();
+        let scan = move || history_from_memory(&feed, &r, after, before, limit);
+        // Rendering a long page for the first time is real work: off the connection's thread.
+        let got = if limit > 256 {
+            tokio::task::spawn_blocking(scan)
+                .await
+                .map_err(|e| WireError::new(ErrorCode::Internal, e.to_string()))?
+        } else {
+            scan()
+        };
+        if let Some(raw) = got {
+            return Ok(raw);
+        }
+    }
     blocking(move || {
         let rows = match after {
             Some(a) => readers.events_after(&gid, a, limit, &msg_kinds())?,
@@ -421,6 +437,43 @@ pub(super) async fn get_history(
         Ok(render_history(&room, &rows, limit, before))
     })
     .await
+}
+
+/// `get_history` answered from the group's recent events in memory, with the renderings
+/// pushes already made; `None` when memory does not reach back far enough (the store
+/// answers). Same rows as the store path: Mail takes a slot but is not shown.
+fn history_from_memory(
+    feed: &crate::hub::Feed,
+    room: &str,
+    after: Option<u64>,
+    before: Option<u64>,
+    limit: usize,
+) -> Option<Vec<u8>> {
+    let is_msg = |e: &FeedEvent| e.kind == kinds::CHAT_MESSAGE || e.kind == THINKING_KIND;
+    let evs = match after {
+        Some(a) => feed.scan_after(a, limit, is_msg)?,
+        None => feed.scan_before(before.unwrap_or(0), limit, is_msg)?,
+    };
+    let mut out = Vec::with_capacity(evs.len() * 256 + 64);
+    out.extend_from_slice(b"{\"room_id\":");
+    push_json_str(&mut out, room);
+    out.extend_from_slice(b",\"messages\":[");
+    let mut first = true;
+    for m in evs.iter().filter_map(|e| push::message_memo(e).flatten()) {
+        if !first {
+            out.push(b',');
+        }
+        first = false;
+        out.extend_from_slice(&m.message);
+    }
+    out.extend_from_slice(b"],\"has_more\":");
+    out.extend_from_slice(if evs.len() == limit {
+        b"true"
+    } else {
+        b"false"
+    });
+    out.push(b'}');
+    Some(out)
 }
 
 fn render_history(room: &str, rows: &[RawEvent], limit: usize, before: Option<u64>) -> Vec<u8> {

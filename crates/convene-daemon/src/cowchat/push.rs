@@ -9,6 +9,7 @@
 //! lags (the outbox is bounded; see `conn.rs`). The cursor is shared with the connection so
 //! a reconnect within the window resumes from it.
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -18,7 +19,8 @@ use tokio::task::JoinHandle;
 
 use super::conn::Outbox;
 use super::messages::Stored;
-use super::Face;
+use super::{Face, THINKING_KIND};
+use crate::hub::FeedEvent;
 
 /// Events read per page while catching up.
 const PAGE: usize = 1000;
@@ -40,38 +42,11 @@ pub(super) fn spawn(
     })
 }
 
-/// The push frames (type, payload JSON) for a committed event. The agent's own messages
-/// and its own join/leave are not pushed back to it: it already has the reply.
+/// The push frames (type, payload JSON) of a membership event: the agent's own join and
+/// leave are not pushed back to it.
 fn pushes_of(e: &Stored<'_>, me: &str) -> Vec<(&'static str, Vec<u8>)> {
     let mut v = Vec::new();
     match e.kind.as_ref() {
-        _ if e.is_message() => {
-            if e.by == me {
-                return v;
-            }
-            let mut msg = Vec::with_capacity(256);
-            e.write_message(&mut msg);
-            if e.mentions().any(|m| m == me) {
-                let mut p = Vec::with_capacity(msg.len() + 48);
-                p.extend_from_slice(b"{\"room_id\":");
-                push_json_str(&mut p, e.room());
-                p.extend_from_slice(b",\"message\":");
-                p.extend_from_slice(&msg);
-                p.push(b'}');
-                v.push(("mention", p));
-            }
-            let t = if e.is_thinking() {
-                "thinking"
-            } else if e.is_decision() {
-                "decision_made"
-            } else {
-                "message_received"
-            };
-            if t == "decision_made" {
-                msg = decision_payload(e);
-            }
-            v.push((t, msg));
-        }
         kinds::ACTOR_ADD | kinds::ACTOR_REMOVE => {
             let Some((aid, name)) = e.actor() else {
                 return v;
@@ -102,6 +77,79 @@ fn pushes_of(e: &Stored<'_>, me: &str) -> Vec<(&'static str, Vec<u8>)> {
         }
         _ => {}
     }
+    v
+}
+
+/// A committed message or thinking pulse as this face shows it, rendered once per event and
+/// kept in the event's memo: every receiver's push and every history read share it.
+pub(super) struct Rendered {
+    /// The sender (its own messages are not pushed back to it).
+    pub by: String,
+    /// The push type: `message_received`, `thinking` or `decision_made`.
+    pub ftype: &'static str,
+    /// Mentioned agent ids (each gets a `mention` push too).
+    pub mentions: Vec<String>,
+    /// The wire Message object.
+    pub message: Vec<u8>,
+    /// The push payload where it is not the bare message (`decision_made`).
+    pub decision: Option<Vec<u8>>,
+}
+
+impl Rendered {
+    fn of(json: &str) -> Option<Self> {
+        let e = Stored::parse(json)?;
+        if !e.is_message() {
+            return None; // Mail: private, never shown here.
+        }
+        let mut message = Vec::with_capacity(json.len());
+        e.write_message(&mut message);
+        let ftype = if e.is_thinking() {
+            "thinking"
+        } else if e.is_decision() {
+            "decision_made"
+        } else {
+            "message_received"
+        };
+        Some(Self {
+            by: e.by.to_string(),
+            ftype,
+            mentions: e.mentions().map(str::to_string).collect(),
+            message,
+            decision: (ftype == "decision_made").then(|| decision_payload(&e)),
+        })
+    }
+}
+
+/// For a message-kind event, its rendering (`Some(None)` for one members may not read);
+/// `None` for every other kind.
+pub(super) fn message_memo(fe: &FeedEvent) -> Option<Option<&Rendered>> {
+    if fe.kind != kinds::CHAT_MESSAGE && fe.kind != THINKING_KIND {
+        return None;
+    }
+    let memo = fe
+        .memo
+        .get_or_init(|| Box::new(Rendered::of(&fe.json)))
+        .downcast_ref::<Option<Rendered>>()?;
+    Some(memo.as_ref())
+}
+
+/// The push frames of a rendered message for agent `me` (none for its own).
+fn message_pushes<'a>(m: &'a Rendered, room: &str, me: &str) -> Vec<(&'static str, Cow<'a, [u8]>)> {
+    let mut v = Vec::new();
+    if m.by == me {
+        return v;
+    }
+    if m.mentions.iter().any(|x| x == me) {
+        let mut p = Vec::with_capacity(m.message.len() + 48);
+        p.extend_from_slice(b"{\"room_id\":");
+        push_json_str(&mut p, room);
+        p.extend_from_slice(b",\"message\":");
+        p.extend_from_slice(&m.message);
+        p.push(b'}');
+        v.push(("mention", Cow::Owned(p)));
+    }
+    let payload = m.decision.as_deref().unwrap_or(&m.message);
+    v.push((m.ftype, Cow::Borrowed(payload)));
     v
 }
 
@@ -137,6 +185,17 @@ async fn run(
             }
             for fe in page {
                 at = fe.seq;
+                if let Some(m) = message_memo(&fe) {
+                    let frames = m.map(|m| message_pushes(m, gid, me)).unwrap_or_default();
+                    let n = frames.len();
+                    for (i, (t, p)) in frames.into_iter().enumerate() {
+                        let ack = (i + 1 == n).then(|| (cursor.clone(), at));
+                        if !out.push_tracked(t, &p, ack).await {
+                            return Ok(());
+                        }
+                    }
+                    continue;
+                }
                 let Some(e) = Stored::parse(&fe.json) else {
                     continue;
                 };

@@ -1,0 +1,98 @@
+"""Cowchat fast paths at the wire: a pipelined run of sends handed to the ledger together,
+and history answered from the recent events in memory. Each must answer exactly what the
+plain path answers."""
+from __future__ import annotations
+
+from conftest import Daemon
+from test_cowchat import CC, cow, error_code, make_room  # noqa: F401 (cow is a fixture)
+
+
+def history_queries(room: str, ids: list[str], seqs: list[int]) -> list[dict]:
+    return [
+        {"room_id": room},
+        {"room_id": room, "limit": 1},
+        {"room_id": room, "limit": 1000},
+        {"room_id": room, "limit": 3, "before": seqs[5]},
+        {"room_id": room, "limit": 4, "before": ids[7]},
+        {"room_id": room, "limit": 5, "since_seq": 0},
+        {"room_id": room, "limit": 5, "since_seq": seqs[2]},
+        {"room_id": room, "limit": 1000, "since": ids[3]},
+        {"room_id": room, "since_seq": seqs[-1]},
+    ]
+
+
+def test_history_from_memory_matches_the_store_after_a_restart(home):
+    from cccc_sdk import CCCCClient
+
+    d = Daemon(home).start()
+    unix = ("unix", str(home / "daemon" / "cowchat.sock"))
+    a, b = CC(unix), CC(unix)
+    aid, bid = a.register("alice", agent_id="alice"), b.register("bob", agent_id="bob")
+    room = make_room(a, "memory")
+    b.ok("join_room", {"room_id": room})
+    sent = []
+    for i in range(12):
+        p = {"room_id": room, "content": f"m{i} \u00e9\"\\\n"}
+        if i % 3 == 0:
+            p["mentions"] = [bid]
+        if i % 4 == 1:
+            p["metadata"] = {"kind": "review", "n": i, "nested": {"x": [1, None]}}
+        if i == 5:
+            p["reply_to"] = sent[2]["message_id"]
+        sent.append(a.ok("send_message", p))
+        if i == 6:
+            a.ok("thinking", {"room_id": room, "content": "pondering"})
+        if i == 8:  # Mail takes a history slot but is never shown.
+            CCCCClient(cccc_home=str(home)).send(group_id=room, text="private", message_mode="mail", to=[aid])
+    ids, seqs = [m["message_id"] for m in sent], [m["seq"] for m in sent]
+    queries = history_queries(room, ids, seqs)
+    live = [b.ok("get_history", q) for q in queries]
+    assert [m["content"] for m in live[2]["messages"]].count("pondering") == 1
+    assert "private" not in [m["content"] for m in live[2]["messages"]]
+    assert live[1]["has_more"] is True and live[8] == {"room_id": room, "messages": [], "has_more": False}
+    a.close()
+    b.close()
+    d.stop()
+
+    # After a restart nothing is in memory: the store answers, and must answer the same.
+    d = Daemon(home).start()
+    try:
+        c = CC(unix)
+        c.register("carol")
+        c.ok("join_room", {"room_id": room})
+        # Joining appended an event after the history: the answers about it do not change.
+        assert [c.ok("get_history", q) for q in queries] == live
+        c.close()
+    finally:
+        d.stop()
+
+
+def test_pipelined_run_answers_every_frame_and_stores_only_what_it_accepted(cow):
+    a, b = CC(cow.cowchat_unix), CC(cow.cowchat_tcp)
+    a.register("alice")
+    b.register("bob")
+    room = make_room(a, "burst")
+    other = make_room(b, "not-alice")
+    b.ok("join_room", {"room_id": room})
+    frames = []
+    for i in range(400):
+        target = other if i == 150 else room  # one refused frame in the middle of the run
+        frames.append(a.send("send_message", {"room_id": target, "content": f"p{i}"}))
+    tip_rid = a.send("room_tip", {"room_id": room})  # observes every send before it
+    replies = {}
+    while len(replies) < len(frames) + 1:
+        fr = a.read()
+        if fr.get("reply_to") is not None:
+            assert fr["reply_to"] not in replies, "one answer per frame"
+            replies[fr["reply_to"]] = fr
+    assert error_code(replies[frames[150]]) == "not_in_room"
+    oks = [replies[r]["payload"] for i, r in enumerate(frames) if i != 150]
+    assert all(replies[r]["type"] == "ok" for i, r in enumerate(frames) if i != 150)
+    assert [m["content"] for m in oks] == [f"p{i}" for i in range(400) if i != 150]
+    seqs = [m["seq"] for m in oks]
+    assert seqs == sorted(set(seqs))
+    assert replies[tip_rid]["payload"]["seq"] == seqs[-1]
+    got = [b.push("message_received")["payload"] for _ in range(399)]
+    assert [m["message_id"] for m in got] == [m["message_id"] for m in oks]
+    h = b.ok("get_history", {"room_id": room, "limit": 1000})["messages"]
+    assert [m["message_id"] for m in h] == [m["message_id"] for m in oks]
