@@ -211,7 +211,7 @@ impl Hub {
     }
 
     /// Publishes committed events of one group (ascending `seq`), then wakes subscribers.
-    pub fn publish(&self, group_id: &str, events: Vec<FeedEvent>) {
+    pub fn publish(&self, group_id: &str, events: Vec<Arc<FeedEvent>>) {
         let Some(last) = events.last().map(|e| e.seq) else {
             return;
         };
@@ -232,7 +232,7 @@ impl Hub {
                 let w = e.weight();
                 buf.bytes += w;
                 added += w;
-                buf.events.push_back(Arc::new(e));
+                buf.events.push_back(e);
             }
             let mut total = self.total.fetch_add(added, Ordering::Relaxed) + added - freed;
             while total > self.budget && buf.events.len() > FLOOR {
@@ -257,8 +257,8 @@ impl Hub {
 mod tests {
     use super::*;
 
-    fn ev(seq: u64) -> FeedEvent {
-        FeedEvent::new(seq, "k".into(), format!("{seq:08}"))
+    fn ev(seq: u64) -> Arc<FeedEvent> {
+        Arc::new(FeedEvent::new(seq, "k".into(), format!("{seq:08}")))
     }
 
     #[test]

@@ -32,6 +32,9 @@ pub const QUEUE_DEPTH: usize = 8192;
 pub struct Committed {
     /// Events appended, with their stored JSON.
     pub events: Vec<(Event, String)>,
+    /// The same events as subscribers see them (a face's memo made while answering is
+    /// shared with its pushes).
+    pub feed: Vec<Arc<FeedEvent>>,
     /// For an idempotent duplicate: the original event.
     pub existing: Option<Event>,
 }
@@ -374,31 +377,52 @@ impl Core {
                 return;
             }
         };
-        drop(eng);
         // Durable: publish, then answer.
         let mut all = Vec::new();
-        let mut per_group: Vec<(String, Vec<FeedEvent>)> = Vec::new();
+        let mut per_group: Vec<(String, Vec<Arc<FeedEvent>>)> = Vec::new();
+        let mut feeds = Vec::with_capacity(done.len());
         let mut deleted = Vec::new();
+        // Per group of the batch: does any member have a runtime Convene drives?
+        let mut driven: Vec<(&str, bool)> = Vec::new();
         for (out, jsons) in done.iter().flatten() {
             for c in &out.changes {
                 if let convene_core::Change::GroupDelete(g) = c {
                     deleted.push(g.clone());
                 }
             }
+            let mut mine = Vec::with_capacity(out.events.len());
             for (e, j) in out.events.iter().zip(jsons) {
-                let fe = FeedEvent::new(e.seq, e.kind.clone(), j.clone());
+                let fe = Arc::new(FeedEvent::new(e.seq, e.kind.clone(), j.clone()));
+                mine.push(fe.clone());
                 match per_group.iter_mut().find(|(g, _)| *g == e.group_id) {
                     Some((_, v)) => v.push(fe),
                     None => per_group.push((e.group_id.clone(), vec![fe])),
                 }
-                // Only prompt-delivery messages concern the runtime worker.
+                // Only prompt-delivery messages in groups with a driven runtime concern the
+                // runtime worker (Cowchat rooms have none: no clone, no wake-up per message).
                 if e.kind == convene_core::event::kinds::CHAT_MESSAGE
                     && matches!(e.data_str("message_mode"), Some("send" | "request_reply"))
                 {
-                    all.push(e.clone());
+                    let has = match driven.iter().find(|(g, _)| *g == e.group_id) {
+                        Some((_, h)) => *h,
+                        None => {
+                            let h = eng.group(&e.group_id).is_some_and(|g| {
+                                g.actors.iter().any(|a| {
+                                    a.enabled && crate::runtime::transport_for(&a.runtime).is_some()
+                                })
+                            });
+                            driven.push((&e.group_id, h));
+                            h
+                        }
+                    };
+                    if has {
+                        all.push(e.clone());
+                    }
                 }
             }
+            feeds.push(mine);
         }
+        drop(eng);
         for (g, evs) in per_group {
             hub.publish(&g, evs);
         }
@@ -408,9 +432,11 @@ impl Core {
         if !all.is_empty() {
             let _ = committed.send(Arc::new(all));
         }
+        let mut feeds = feeds.into_iter();
         let mut done = done.into_iter().map(|res| {
             res.map(|(out, jsons)| Committed {
                 events: out.events.into_iter().zip(jsons).collect(),
+                feed: feeds.next().unwrap_or_default(),
                 existing: out.existing,
             })
         });

@@ -520,8 +520,7 @@ async fn send_pipelined(s: &mut Session, f: Frame) -> bool {
     flush_sends(s).await
 }
 
-/// Hands the collected sends to the ledger. A client with nothing else unanswered commits
-/// on this thread when the ledger is idle (no hand-off to the writer thread and back).
+/// Hands the collected sends to the ledger, as one job.
 async fn flush_sends(s: &mut Session) -> bool {
     if s.sends.is_empty() {
         return true;
@@ -532,7 +531,10 @@ async fn flush_sends(s: &mut Session) -> bool {
         return false;
     };
     let ledger = s.face.d.ledger.clone();
-    if s.inflight.available_permits() as u32 + n == MAX_INFLIGHT {
+    // A lone send from a client with nothing unanswered (the sequential case) commits here
+    // when the ledger is idle: no hand-off to the writer thread and back. A longer run is
+    // queued, so this loop reads and checks the next frames while the run's fsync is under way.
+    if n == 1 && s.inflight.available_permits() as u32 + n == MAX_INFLIGHT {
         if let Some(r) = ledger.try_inline_many(&mut cmds) {
             drop(permit);
             return answer_sends(&s.face, &s.out, rids, r).await;

@@ -294,6 +294,13 @@ pub(super) type TurnMove = Option<(String, String)>;
 /// The `ok` payload (the Message) of a committed send, and the turn move it causes (applied
 /// by the caller after the answer, so the sender sees its answer first).
 pub(super) fn sent_payload(c: crate::ledger::Committed) -> Result<(Vec<u8>, TurnMove), WireError> {
+    // A fresh message: its rendering is made here once and shared with every push of it.
+    if let (None, Some(fe), Some((ev, _))) = (&c.existing, c.feed.first(), c.events.first()) {
+        if let Some(Some(m)) = push::message_memo(fe) {
+            let turn = (m.ftype != "thinking").then(|| (ev.group_id.clone(), m.by.clone()));
+            return Ok((m.message.clone(), turn));
+        }
+    }
     let json = match (&c.existing, c.events.first()) {
         (Some(e), _) => e.to_json(),
         (None, Some((_, j))) => j.clone(),
