@@ -140,6 +140,39 @@ def test_reconnect_within_the_window_replays_missed_messages_then_the_window_clo
         d.stop()
 
 
+@pytest.mark.parametrize("crash", [False, True], ids=["stop", "kill9"])
+def test_reconnect_after_a_daemon_restart_replays_what_was_missed_before_and_after_it(home, crash):
+    d = start(home, "--cowchat-reconnect-secs", "60")
+    a, b = CC(d.cowchat_unix), CC(d.cowchat_tcp)
+    reg(a, "alice", agent_id="alice")
+    reg(b, "bob", agent_id="bob")
+    room = a.ok("create_room", {"name": "r", "public": True})["room_id"]
+    a.ok("join_room", {"room_id": room})
+    b.ok("join_room", {"room_id": room})
+    first = b.ok("send_message", {"room_id": room, "content": "before"})["seq"]
+    assert a.push("message_received")["payload"]["seq"] == first
+    a.close()
+    away = [b.ok("send_message", {"room_id": room, "content": f"away {i}"})["seq"] for i in range(2)]
+    if crash:
+        time.sleep(2.5)  # one save of the replay points (every 2 s when they moved)
+        d.kill9()
+    else:
+        d.stop()
+    d = start(home, "--cowchat-reconnect-secs", "60")
+    try:
+        b = CC(d.cowchat_tcp)
+        reg(b, "bob", agent_id="bob")
+        after = b.ok("send_message", {"room_id": room, "content": "after the restart"})["seq"]
+        a = CC(d.cowchat_unix)
+        back = reg(a, "alice", agent_id="alice", reconnect=True)["payload"]
+        assert back["rooms"] == [room] and back["replayed"] is True
+        got = [a.push("message_received")["payload"] for _ in range(3)]
+        assert [m["seq"] for m in got] == away + [after]
+        assert [m["content"] for m in got] == ["away 0", "away 1", "after the restart"]
+    finally:
+        d.stop()
+
+
 def test_ephemeral_room_goes_when_its_last_member_is_gone(home):
     d = start(home, "--cowchat-reconnect-secs", "1")
     try:

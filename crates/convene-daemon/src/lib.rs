@@ -144,6 +144,8 @@ pub struct Running {
     pub cowchat_tcp: Option<SocketAddr>,
     /// Bound Cowchat WebSocket address, if any (served at `/ws`).
     pub cowchat_ws: Option<SocketAddr>,
+    /// The Cowchat face (its replay points are saved once more at stop).
+    cowchat: Arc<cowchat::Face>,
     home: Home,
 }
 
@@ -180,6 +182,7 @@ pub async fn start(cfg: Config) -> Result<Running, DaemonError> {
         },
     )
     .await;
+    let cowchat_face = face.clone();
     cowchat::webhooks::attach(
         &face,
         cowchat::webhooks::start(daemon.clone(), &home.root, cfg.cowchat_webhooks.clone())?,
@@ -268,6 +271,7 @@ pub async fn start(cfg: Config) -> Result<Running, DaemonError> {
         cowchat_socket,
         cowchat_tcp,
         cowchat_ws,
+        cowchat: cowchat_face,
         home,
     })
 }
@@ -300,6 +304,7 @@ impl Running {
         }
         // Let in-flight answers leave before the socket goes away.
         tokio::time::sleep(Duration::from_millis(50)).await;
+        self.cowchat.save_replay_points();
         self.home.cleanup();
         let _ = std::fs::remove_file(&self.cowchat_socket);
         let _ = std::fs::remove_file(self.home.cowchat_addr_file());

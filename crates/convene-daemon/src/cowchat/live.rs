@@ -1,7 +1,7 @@
 //! Live-only state of the face: connections, presence, the advisory turn token, the
 //! reconnect window and per-key counters. None of it is in the ledger on purpose: it
 //! describes who is connected now, and a restart starts it afresh (agents that were members
-//! get the reconnect window from startup).
+//! get the reconnect window from startup, replaying from their saved points: `replay.rs`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -182,6 +182,20 @@ impl Live {
         m
     }
 
+    /// Every agent's replay points: for a connected agent what its open connections
+    /// flushed (the oldest per room), for an agent away the cursors it left with.
+    pub fn replay_points(&self) -> super::replay::Points {
+        let mut p: super::replay::Points = self
+            .away
+            .iter()
+            .map(|(a, w)| (a.clone(), w.cursors.clone()))
+            .collect();
+        for a in self.agents.keys() {
+            p.insert(a.clone(), self.open_cursors(a));
+        }
+        p
+    }
+
     /// Notes activity (for `last_active`).
     pub fn touch(&mut self, agent: &str) {
         if let Some(a) = self.agents.get_mut(agent) {
@@ -339,8 +353,15 @@ pub(super) fn adopt_members_at_start(face: &Face) {
             })
             .collect()
     };
+    // Where each agent's sockets had got to when the daemon stopped (or at its last save
+    // before a crash); a room without a saved point replays from the head at startup.
+    let saved = super::replay::load(&face.cfg.home);
     let mut live = face.live.lock();
     for (agent, gid, head) in members {
+        let at = saved
+            .get(&agent)
+            .and_then(|r| r.get(&gid))
+            .map_or(head, |&c| c.min(head));
         live.away
             .entry(agent)
             .or_insert_with(|| Away {
@@ -348,7 +369,7 @@ pub(super) fn adopt_members_at_start(face: &Face) {
                 cursors: HashMap::new(),
             })
             .cursors
-            .insert(gid, head);
+            .insert(gid, at);
     }
 }
 
@@ -360,10 +381,17 @@ pub(super) fn spawn_reaper(face: Arc<Face>) {
         let mut tick = tokio::time::interval(
             (window / 4).clamp(Duration::from_millis(100), Duration::from_secs(2)),
         );
+        let mut saved = None;
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
                 _ = stop.changed() => return,
+            }
+            // Replay points, saved when they moved: a crash loses at most one tick of them.
+            let points = face.live.lock().replay_points();
+            if saved.as_ref() != Some(&points) {
+                face.save_replay_points();
+                saved = Some(points);
             }
             let expired: Vec<String> = {
                 let mut live = face.live.lock();

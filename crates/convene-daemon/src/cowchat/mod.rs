@@ -11,6 +11,7 @@ mod keys;
 mod live;
 mod messages;
 mod push;
+mod replay;
 mod rooms;
 pub mod webhooks;
 
@@ -89,6 +90,14 @@ impl Face {
         live::adopt_members_at_start(&face);
         live::spawn_reaper(face.clone());
         face
+    }
+
+    /// Saves every agent's replay points (the daemon calls this once more as it stops).
+    pub fn save_replay_points(&self) {
+        let points = self.live.lock().replay_points();
+        if let Err(e) = replay::save(&self.cfg.home, &points) {
+            tracing::warn!(error = %e, "cannot save cowchat replay points");
+        }
     }
 }
 

@@ -405,6 +405,7 @@ async fn destroy(face: &Face, gid: &str) -> Result<Option<After>, WireError> {
         .await
         .map_err(wire)?;
     face.live.lock().turns.remove(gid);
+    face.coord.state.lock().forget_room(gid);
     Ok(Some(After::Push(
         outs,
         "room_destroyed",

@@ -194,6 +194,18 @@ fn strings(d: &Value, k: &str) -> Vec<String> {
 }
 
 impl State {
+    /// Drops everything of a destroyed room: its votes, tasks, election and leader.
+    pub fn forget_room(&mut self, room: &str) {
+        for id in self.room_votes.remove(room).unwrap_or_default() {
+            self.votes.remove(&id);
+        }
+        for id in self.room_tasks.remove(room).unwrap_or_default() {
+            self.tasks.remove(&id);
+        }
+        self.elections.remove(room);
+        self.leaders.remove(room);
+    }
+
     /// Folds one event of `room` (its kind, principal, timestamp and data). Unknown kinds,
     /// malformed data and events that contradict the state are ignored.
     pub fn apply(&mut self, room: &str, kind: &str, by: &str, ts: &str, d: &Value) {
@@ -539,5 +551,25 @@ mod tests {
         assert_eq!(t["note"], "on it");
         assert_eq!(t["updated_by"], "bob");
         assert_eq!(st.room_tasks[R], vec!["t1".to_string()]);
+    }
+
+    #[test]
+    fn a_destroyed_room_leaves_nothing_behind() {
+        let mut st = State::default();
+        created(&mut st, &["alice"]);
+        st.apply(
+            "g_other",
+            VOTE_CREATED,
+            "bob",
+            "t0",
+            &json!({"vote_id": "v2", "title": "q", "options": ["a", "b"],
+                    "eligible_voters": ["bob"], "created_by": "bob"}),
+        );
+        st.leaders
+            .insert(R.into(), ("alice".into(), "Alice".into()));
+        st.forget_room(R);
+        assert!(!st.votes.contains_key("v1") && !st.room_votes.contains_key(R));
+        assert!(!st.leaders.contains_key(R));
+        assert!(st.votes.contains_key("v2"), "other rooms keep theirs");
     }
 }
