@@ -112,6 +112,10 @@ impl TlsConfig {
                 format!("certificate not trusted: unknown issuer ({hint})")
             }
             rustls::Error::InvalidCertificate(c) => format!("certificate rejected: {c}"),
+            // A TLS client hello answered with HTTP or a WebSocket frame.
+            rustls::Error::InvalidMessage(rustls::InvalidMessage::InvalidContentType) => {
+                "the server did not answer in TLS (is this a plain ws:// port?)".into()
+            }
             rustls::Error::AlertReceived(a) => {
                 format!("the server refused the handshake (alert {a:?})")
             }
@@ -121,5 +125,74 @@ impl TlsConfig {
             host: host.into(),
             reason,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(name: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data")
+            .join(name)
+    }
+
+    #[test]
+    fn ca_file_with_several_certificates_is_accepted() {
+        let dir = tempfile::tempdir().unwrap();
+        let bundle = dir.path().join("bundle.pem");
+        let mut pem = std::fs::read(data("wrong-name.pem")).unwrap();
+        pem.extend(std::fs::read(data("ca.pem")).unwrap());
+        std::fs::write(&bundle, pem).unwrap();
+        let t = TlsConfig::new(Some(&bundle)).unwrap();
+        assert_eq!(t.ca_file.as_deref(), Some(bundle.as_path()));
+        TlsConfig::new(None).unwrap();
+    }
+
+    #[test]
+    fn unusable_ca_files_are_errors_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing.pem");
+        let empty = dir.path().join("empty.pem");
+        std::fs::write(&empty, "no certificates here\n").unwrap();
+        let broken = dir.path().join("broken.pem");
+        std::fs::write(
+            &broken,
+            "-----BEGIN CERTIFICATE-----\n!!!\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+        for (f, why) in [
+            (&missing, "No such file"),
+            (&empty, "no PEM certificate"),
+            (&broken, "bad PEM"),
+        ] {
+            let e = TlsConfig::new(Some(f)).unwrap_err();
+            assert!(matches!(e, Error::CaFile { .. }), "{e:?}");
+            let msg = e.to_string();
+            assert!(msg.contains(&f.display().to_string()), "{msg}");
+            assert!(msg.contains(why), "{msg}");
+        }
+    }
+
+    #[test]
+    fn tls_errors_name_the_host_and_are_not_retried() {
+        let t = TlsConfig::new(None).unwrap();
+        let e = t.tls_err(
+            "h.example",
+            rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer),
+        );
+        assert_eq!(
+            e.to_string(),
+            "TLS with h.example: certificate not trusted: unknown issuer (give its CA with --ca-file or SSL_CERT_FILE)"
+        );
+        assert!(!e.is_transport());
+        // An I/O failure inside the handshake stays retryable, and says where it happened.
+        let e = t.handshake_err("h.example", std::io::ErrorKind::ConnectionReset.into());
+        assert!(e.is_transport());
+        assert!(
+            e.to_string().contains("TLS handshake with h.example"),
+            "{e}"
+        );
     }
 }
