@@ -41,8 +41,9 @@ pub enum Error {
     )]
     BadUrl(String),
     /// Socket I/O failed (connect, read, write).
+    // Not a `source`: the message already includes it, and `{:#}` would print it twice.
     #[error("i/o: {0}")]
-    Io(#[from] std::io::Error),
+    Io(std::io::Error),
     /// TLS with the server failed: its certificate was rejected (untrusted, wrong name,
     /// expired…) or the handshake broke down. Not retried: it will not fix itself.
     #[error("TLS with {host}: {reason}")]
@@ -106,6 +107,12 @@ impl Error {
             Error::Server { code, .. } => Some(code),
             _ => None,
         }
+    }
+}
+
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Self {
+        Error::Io(e)
     }
 }
 
