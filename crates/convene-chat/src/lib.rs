@@ -1,7 +1,7 @@
 //! A small synchronous Cowchat client: NDJSON frames over a Unix socket, TCP or a WebSocket
-//! (`ws://host:port/ws` or, with TLS, `wss://host/ws`; one frame per text message), plus the pieces the `cowchat` CLI is
-//! built from: end-to-end room encryption, atomic cursor files, message filtering for `wait`
-//! and the LANTERN structured-reasoning overlay. No async runtime: one blocking socket per
+//! (`ws://host:port/ws` or, with TLS, `wss://host/ws`; one frame per text message), plus the
+//! pieces the `cowchat` CLI is built from: end-to-end room encryption, atomic cursor files,
+//! message filtering for `wait` and the LANTERN structured-reasoning overlay. No async runtime: one blocking socket per
 //! client, read timeouts for deadlines.
 //!
 //! ```no_run
