@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Map, Value};
 
 use crate::transport::Conn;
-use crate::{Endpoint, Error, Result};
+use crate::{Endpoint, Error, Result, TlsConfig};
 
 /// Default wait for a reply.
 pub const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -95,7 +95,13 @@ impl Client {
     /// Connects to `ep` and registers as `who` (protocol version 2; `reconnect` when a
     /// stable agent id is given, so the server restores that agent's rooms).
     pub fn connect(ep: &Endpoint, who: &Identity) -> Result<Self> {
-        let conn = Conn::open(ep)?;
+        Self::connect_with(ep, who, None)
+    }
+
+    /// [`Client::connect`] with the trust settings for `wss://` (`None`: Mozilla's roots;
+    /// ignored by the other transports).
+    pub fn connect_with(ep: &Endpoint, who: &Identity, tls: Option<&TlsConfig>) -> Result<Self> {
+        let conn = Conn::open(ep, tls)?;
         let mut c = Self {
             conn,
             next: 0,

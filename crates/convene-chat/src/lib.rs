@@ -1,7 +1,7 @@
 //! A small synchronous Cowchat client: NDJSON frames over a Unix socket, TCP or a WebSocket
-//! (`ws://host:port/ws`, one frame per text message), plus the pieces the `cowchat` CLI is
-//! built from: end-to-end room encryption, atomic cursor files, message filtering for `wait`
-//! and the LANTERN structured-reasoning overlay. No async runtime: one blocking socket per
+//! (`ws://host:port/ws` or, with TLS, `wss://host/ws`; one frame per text message), plus the
+//! pieces the `cowchat` CLI is built from: end-to-end room encryption, atomic cursor files,
+//! message filtering for `wait` and the LANTERN structured-reasoning overlay. No async runtime: one blocking socket per
 //! client, read timeouts for deadlines.
 //!
 //! ```no_run
@@ -25,20 +25,42 @@ pub mod cursor;
 pub mod endpoint;
 pub mod lantern;
 pub mod message;
+mod tls;
 mod transport;
 
 pub use client::{Client, Frame, Identity};
 pub use endpoint::Endpoint;
+pub use tls::TlsConfig;
 
 /// Everything the client library can fail with.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The URL given with `--url` / `$COWCHAT_URL` is not understood.
-    #[error("bad url {0:?}: use unix:/path, tcp host:port (or host:port) or ws://host:port/ws")]
+    #[error(
+        "bad url {0:?}: use unix:/path, tcp host:port (or host:port), ws://host:port/ws or wss://host[:port]/ws"
+    )]
     BadUrl(String),
     /// Socket I/O failed (connect, read, write).
+    // Not a `source`: the message already includes it, and `{:#}` would print it twice.
     #[error("i/o: {0}")]
-    Io(#[from] std::io::Error),
+    Io(std::io::Error),
+    /// TLS with the server failed: its certificate was rejected (untrusted, wrong name,
+    /// expired…) or the handshake broke down. Not retried: it will not fix itself.
+    #[error("TLS with {host}: {reason}")]
+    Tls {
+        /// The host of the URL (the name the certificate had to match).
+        host: String,
+        /// Why.
+        reason: String,
+    },
+    /// The extra CA file (`--ca-file`, `SSL_CERT_FILE`) is unusable.
+    #[error("CA file {}: {reason}", path.display())]
+    CaFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        reason: String,
+    },
     /// The WebSocket layer failed.
     #[error("websocket: {0}")]
     Ws(String),
@@ -85,6 +107,12 @@ impl Error {
             Error::Server { code, .. } => Some(code),
             _ => None,
         }
+    }
+}
+
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Self {
+        Error::Io(e)
     }
 }
 

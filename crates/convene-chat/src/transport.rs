@@ -1,5 +1,5 @@
 //! Byte transports carrying one JSON frame per line (Unix socket, TCP) or per WebSocket
-//! text message. Reads take a deadline; a read that times out keeps its partial line, so
+//! text message (plain or over TLS). Reads take a deadline; a read that times out keeps its partial line, so
 //! the next read resumes where it stopped.
 
 use std::io::{BufRead, BufReader, ErrorKind, Write};
@@ -7,6 +7,8 @@ use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
+use crate::endpoint::url_host_port;
+use crate::tls::{TlsConfig, TlsStream};
 use crate::{Endpoint, Error, Result};
 
 /// Largest frame the client accepts from a server (the server's own limit is 1 MiB inbound;
@@ -53,6 +55,47 @@ impl Write for Raw {
     }
 }
 
+/// What a WebSocket runs over: TCP, or TLS over TCP.
+pub(crate) enum WsStream {
+    Plain(TcpStream),
+    Tls(Box<TlsStream>),
+}
+
+impl WsStream {
+    /// The socket, for read timeouts (TLS keeps a partial record across a timed-out read,
+    /// so a deadline never corrupts the stream).
+    fn tcp(&self) -> &TcpStream {
+        match self {
+            WsStream::Plain(s) => s,
+            WsStream::Tls(s) => s.get_ref(),
+        }
+    }
+}
+
+impl std::io::Read for WsStream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            WsStream::Plain(s) => s.read(buf),
+            WsStream::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for WsStream {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            WsStream::Plain(s) => s.write(buf),
+            WsStream::Tls(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            WsStream::Plain(s) => s.flush(),
+            WsStream::Tls(s) => s.flush(),
+        }
+    }
+}
+
 /// One open connection.
 pub(crate) enum Conn {
     Lines {
@@ -60,7 +103,7 @@ pub(crate) enum Conn {
         w: Raw,
         partial: Vec<u8>,
     },
-    Ws(Box<tungstenite::WebSocket<TcpStream>>),
+    Ws(Box<tungstenite::WebSocket<WsStream>>),
 }
 
 fn is_timeout(e: &std::io::Error) -> bool {
@@ -85,27 +128,6 @@ fn tcp(addr: &str) -> Result<TcpStream> {
         .unwrap_or_else(|| Error::BadUrl(addr.into())))
 }
 
-/// `host:port` of a `ws://` URL (port 80 when absent).
-fn ws_addr(url: &str) -> Result<String> {
-    let rest = url
-        .strip_prefix("ws://")
-        .ok_or_else(|| Error::BadUrl(url.into()))?;
-    let hostport = rest.split('/').next().unwrap_or_default();
-    if hostport.is_empty() {
-        return Err(Error::BadUrl(url.into()));
-    }
-    Ok(
-        if hostport
-            .rsplit_once(':')
-            .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
-        {
-            hostport.to_string()
-        } else {
-            format!("{hostport}:80")
-        },
-    )
-}
-
 /// Remaining time until `deadline`, at least 1 ms (a zero timeout means "block forever").
 fn remaining(deadline: Option<Instant>) -> Option<Duration> {
     deadline.map(|d| {
@@ -115,8 +137,9 @@ fn remaining(deadline: Option<Instant>) -> Option<Duration> {
 }
 
 impl Conn {
-    /// Opens a connection to `ep`.
-    pub(crate) fn open(ep: &Endpoint) -> Result<Self> {
+    /// Opens a connection to `ep`; `tls` is the trust configuration of `wss://` (Mozilla's
+    /// roots only when `None`).
+    pub(crate) fn open(ep: &Endpoint, tls: Option<&TlsConfig>) -> Result<Self> {
         match ep {
             Endpoint::Unix(p) => {
                 let s = UnixStream::connect(p)?;
@@ -128,11 +151,32 @@ impl Conn {
                 let w = Raw::Tcp(s.try_clone()?);
                 Ok(Self::lines(Raw::Tcp(s), w))
             }
-            Endpoint::Ws(url) => {
-                let s = tcp(&ws_addr(url)?)?;
+            Endpoint::Ws(url) | Endpoint::Wss(url) => {
+                let (host, port) = url_host_port(url)?;
+                // An IPv6 literal needs its brackets back to be resolved with a port.
+                let addr = if host.contains(':') {
+                    format!("[{host}]:{port}")
+                } else {
+                    format!("{host}:{port}")
+                };
+                let s = tcp(&addr)?;
                 s.set_read_timeout(Some(CONNECT_TIMEOUT))?;
-                let (ws, _resp) =
-                    tungstenite::client(url.as_str(), s).map_err(|e| Error::Ws(e.to_string()))?;
+                let stream = match ep {
+                    Endpoint::Wss(_) => {
+                        let default;
+                        let tls = match tls {
+                            Some(t) => t,
+                            None => {
+                                default = TlsConfig::new(None)?;
+                                &default
+                            }
+                        };
+                        WsStream::Tls(Box::new(tls.connect(&host, s)?))
+                    }
+                    _ => WsStream::Plain(s),
+                };
+                let (ws, _resp) = tungstenite::client(url.as_str(), stream)
+                    .map_err(|e| Error::Ws(e.to_string()))?;
                 Ok(Self::Ws(Box::new(ws)))
             }
         }
@@ -195,7 +239,7 @@ impl Conn {
                 }
             },
             Conn::Ws(ws) => loop {
-                ws.get_ref().set_read_timeout(remaining(deadline))?;
+                ws.get_ref().tcp().set_read_timeout(remaining(deadline))?;
                 match ws.read() {
                     Ok(tungstenite::Message::Text(t)) => {
                         let t = t.as_str().trim();
@@ -227,17 +271,5 @@ fn ws_err(e: tungstenite::Error) -> Error {
         tungstenite::Error::ConnectionClosed | tungstenite::Error::AlreadyClosed => Error::Closed,
         tungstenite::Error::Io(e) => Error::Io(e),
         e => Error::Ws(e.to_string()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ws_addr_defaults_port_80() {
-        assert_eq!(ws_addr("ws://h:9/ws").unwrap(), "h:9");
-        assert_eq!(ws_addr("ws://h/ws").unwrap(), "h:80");
-        assert!(ws_addr("ws:///ws").is_err());
     }
 }

@@ -2,7 +2,7 @@
 //! resolution, sealing outgoing content and reading history pages.
 
 use anyhow::{bail, Context as _};
-use convene_chat::{crypto, endpoint, message, Client, Endpoint, Identity};
+use convene_chat::{crypto, endpoint, message, Client, Endpoint, Identity, TlsConfig};
 use serde_json::{json, Value};
 
 use crate::Global;
@@ -14,6 +14,8 @@ pub const PAGE: u64 = 1000;
 pub struct Ctx {
     /// Server address.
     pub ep: Endpoint,
+    /// Trust settings, built once (reconnects reuse them); only for `wss://`.
+    pub tls: Option<TlsConfig>,
     /// Who we register as.
     pub who: Identity,
     /// End-to-end room secret.
@@ -38,6 +40,14 @@ impl Ctx {
             Some(u) => Endpoint::parse(u)?,
             None => Endpoint::Unix(endpoint::default_socket(&home)),
         };
+        // Read the CA file only when it is used: an SSL_CERT_FILE exported for other tools
+        // must not break Unix-socket use.
+        let tls = match &ep {
+            Endpoint::Wss(_) => Some(TlsConfig::new(
+                g.ca_file.as_deref().filter(|p| !p.as_os_str().is_empty()),
+            )?),
+            _ => None,
+        };
         let key = g
             .key
             .clone()
@@ -51,6 +61,7 @@ impl Ctx {
             .unwrap_or_else(|| "cowchat-cli".into());
         Ok(Self {
             ep,
+            tls,
             who: Identity {
                 key,
                 name,
@@ -64,7 +75,8 @@ impl Ctx {
 
     /// Connects and registers.
     pub fn connect(&self) -> anyhow::Result<Client> {
-        Client::connect(&self.ep, &self.who).with_context(|| format!("connecting to {}", self.ep))
+        Client::connect_with(&self.ep, &self.who, self.tls.as_ref())
+            .with_context(|| format!("connecting to {}", self.ep))
     }
 
     /// Resolves `room` (name or id) and makes sure we are a member.

@@ -37,10 +37,13 @@ pub struct Cli {
 /// Connection and identity flags (given before the command).
 #[derive(Args, Debug, Clone)]
 pub struct Global {
-    /// Server: unix:/path | tcp host:port | ws://host:port/ws [default: $COWCHAT_URL, else
-    /// unix:<convene home>/daemon/cowchat.sock]
+    /// Server: unix:/path | tcp host:port | ws://host:port/ws | wss://host[:port]/ws
+    /// [default: $COWCHAT_URL, else unix:<convene home>/daemon/cowchat.sock]
     #[arg(long, env = "COWCHAT_URL")]
     pub url: Option<String>,
+    /// wss://: also trust the CA certificates of this PEM file (besides Mozilla's roots)
+    #[arg(long, env = "SSL_CERT_FILE", value_name = "PATH")]
+    pub ca_file: Option<PathBuf>,
     /// API key [default: <convene home>/auth.key if present, else empty]
     #[arg(long, env = "COWCHAT_KEY", hide_env_values = true)]
     pub key: Option<String>,
