@@ -112,19 +112,31 @@ impl OutFrame<'_> {
 /// bytes, without an intermediate JSON tree).
 pub fn raw_line(id: &str, ftype: &str, reply_to: Option<&Value>, payload: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(payload.len() + 96);
+    write_raw_line(&mut out, id, ftype, reply_to, payload);
+    out
+}
+
+/// Appends a frame line around an already serialized payload (several frames sent as one
+/// write).
+pub fn write_raw_line(
+    out: &mut Vec<u8>,
+    id: &str,
+    ftype: &str,
+    reply_to: Option<&Value>,
+    payload: &[u8],
+) {
     out.extend_from_slice(b"{\"id\":");
-    push_json_str(&mut out, id);
+    push_json_str(out, id);
     out.extend_from_slice(b",\"type\":");
-    push_json_str(&mut out, ftype);
+    push_json_str(out, ftype);
     if let Some(r) = reply_to {
         out.extend_from_slice(b",\"reply_to\":");
         // A string or a number (checked at parse time) always serializes.
-        let _ = serde_json::to_writer(&mut out, r);
+        let _ = serde_json::to_writer(&mut *out, r);
     }
     out.extend_from_slice(b",\"payload\":");
     out.extend_from_slice(payload);
     out.extend_from_slice(b"}\n");
-    out
 }
 
 /// Appends `s` as a JSON string literal.

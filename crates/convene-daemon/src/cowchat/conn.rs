@@ -104,17 +104,20 @@ impl Outbox {
         .await
     }
 
-    /// Queues a push whose delivery moves `cursor` to `seq` once written: a reconnect
-    /// replays from what reached the socket, not from what was merely queued.
-    pub(super) async fn push_tracked(
+    /// Appends a push frame (with a fresh id) to `buf`, to be queued with [`Outbox::push_line`].
+    pub(super) fn append_push(&self, buf: &mut Vec<u8>, ftype: &str, payload: &[u8]) {
+        let id = self.next_id();
+        convene_cowchat::frame::write_raw_line(buf, &id, ftype, None, payload);
+    }
+
+    /// Queues lines built with [`Outbox::append_push`] as one write; `ack` moves a replay
+    /// cursor once they are written.
+    pub(super) async fn push_line(
         &self,
-        ftype: &str,
-        payload: &[u8],
+        lines: Vec<u8>,
         ack: Option<(Arc<AtomicU64>, u64)>,
     ) -> bool {
-        let id = self.next_id();
-        let line = convene_cowchat::frame::raw_line(&id, ftype, None, payload);
-        self.tx.send((line, ack)).await.is_ok()
+        self.tx.send((lines, ack)).await.is_ok()
     }
 
     /// Moves `cursor` to `seq` once everything queued before is written (a page of events

@@ -24,6 +24,8 @@ use crate::hub::FeedEvent;
 
 /// Events read per page while catching up.
 const PAGE: usize = 1000;
+/// Pushes gathered into one outbox line before it is queued.
+const BATCH_BYTES: usize = 64 * 1024;
 /// Events without a frame for this agent after which its replay point is moved anyway.
 const ACK_EVERY: u64 = 256;
 
@@ -183,40 +185,51 @@ async fn run(
             if page.is_empty() {
                 break;
             }
+            // The page's frames go out in lines of up to BATCH_BYTES: one queue slot, one
+            // writer wake-up and one write for many pushes; a line counts as delivered (its
+            // replay point moves) once written.
+            let mut lines = Vec::new();
             for fe in page {
                 at = fe.seq;
                 if let Some(m) = message_memo(&fe) {
-                    let frames = m.map(|m| message_pushes(m, gid, me)).unwrap_or_default();
-                    let n = frames.len();
-                    for (i, (t, p)) in frames.into_iter().enumerate() {
-                        let ack = (i + 1 == n).then(|| (cursor.clone(), at));
-                        if !out.push_tracked(t, &p, ack).await {
-                            return Ok(());
-                        }
+                    for (t, p) in m.map(|m| message_pushes(m, gid, me)).unwrap_or_default() {
+                        out.append_push(&mut lines, t, &p);
                     }
-                    continue;
-                }
-                let Some(e) = Stored::parse(&fe.json) else {
-                    continue;
-                };
-                // The agent left (maybe through another of its connections): stop here, so a
-                // non-member never sees the room's later messages.
-                if e.kind == kinds::ACTOR_REMOVE && e.actor().map(|a| a.0) == Some(me) {
-                    cursor.fetch_max(at, Ordering::Relaxed);
-                    return Ok(());
-                }
-                let mut frames = pushes_of(&e, me);
-                if e.kind.starts_with("x.cowchat.") && !e.is_thinking() {
-                    frames.extend(super::coord::push_of(&fe.json, me));
-                }
-                let n = frames.len();
-                for (i, (t, p)) in frames.into_iter().enumerate() {
-                    // The event counts as delivered when its last frame is written.
-                    let ack = (i + 1 == n).then(|| (cursor.clone(), at));
-                    if !out.push_tracked(t, &p, ack).await {
+                } else {
+                    let Some(e) = Stored::parse(&fe.json) else {
+                        continue;
+                    };
+                    // The agent left (maybe through another of its connections): stop here,
+                    // so a non-member never sees the room's later messages.
+                    if e.kind == kinds::ACTOR_REMOVE && e.actor().map(|a| a.0) == Some(me) {
+                        if !lines.is_empty() {
+                            out.push_line(lines, None).await;
+                        }
+                        cursor.fetch_max(at, Ordering::Relaxed);
                         return Ok(());
                     }
+                    for (t, p) in pushes_of(&e, me) {
+                        out.append_push(&mut lines, t, &p);
+                    }
+                    if e.kind.starts_with("x.cowchat.") && !e.is_thinking() {
+                        if let Some((t, p)) = super::coord::push_of(&fe.json, me) {
+                            out.append_push(&mut lines, t, &p);
+                        }
+                    }
                 }
+                if lines.len() >= BATCH_BYTES
+                    && !out
+                        .push_line(std::mem::take(&mut lines), Some((cursor.clone(), at)))
+                        .await
+                {
+                    return Ok(());
+                }
+            }
+            if !lines.is_empty() {
+                if !out.push_line(lines, Some((cursor.clone(), at))).await {
+                    return Ok(());
+                }
+                continue;
             }
             // A page with nothing for this agent (its own messages) moves the replay point only
             // now and then: a lagging cursor is safe (a replay re-reads and filters), and an
