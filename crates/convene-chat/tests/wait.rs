@@ -280,24 +280,13 @@ fn follow_survives_a_daemon_restart_and_resumes_from_its_cursor() {
         "--cursor-file",
     ])
     .arg(&f);
-    let mut w = c
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = std::io::BufReader::new(w.stdout.take().unwrap());
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
-    assert!(line.contains("before restart"), "{line}");
+    let w = follow(c);
+    assert!(w.first.contains("before restart"), "{}", w.first);
     d.restart();
     // Sent while the follower may still be reconnecting: it must arrive exactly once.
     send(&d, "alice", "durable", "after restart", &[]);
     send(&d, "alice", "durable", "the end", &["--end"]);
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
-    let status = w.wait().unwrap();
-    let mut err = String::new();
-    std::io::Read::read_to_string(&mut w.stderr.take().unwrap(), &mut err).unwrap();
+    let (status, rest, err) = w.finish();
     assert!(status.success(), "{err}");
     assert_eq!(
         contents(&json_lines(&rest)),

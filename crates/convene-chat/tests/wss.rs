@@ -319,24 +319,13 @@ fn wss_follow_reconnects_after_the_connection_is_cut() {
     send(&d, "alice", "durable", "before the cut", &[]);
     let mut c = with_ca(cow_wss(&d, &proxy.url("127.0.0.1"), "bob"));
     c.args(["wait", "durable", "--follow", "--since-seq", &start]);
-    let mut w = c
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = std::io::BufReader::new(w.stdout.take().unwrap());
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
-    assert!(line.contains("before the cut"), "{line}");
+    let w = follow(c);
+    assert!(w.first.contains("before the cut"), "{}", w.first);
     proxy.cut();
     // Sent while the follower may still be reconnecting: it must arrive exactly once.
     send(&d, "alice", "durable", "after the cut", &[]);
     send(&d, "alice", "durable", "the end", &["--end"]);
-    let mut rest = String::new();
-    out.read_to_string(&mut rest).unwrap();
-    let status = w.wait().unwrap();
-    let mut err = String::new();
-    w.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    let (status, rest, err) = w.finish();
     assert!(status.success(), "{err}");
     assert_eq!(
         contents(&json_lines(&rest)),
@@ -359,22 +348,13 @@ fn wss_follow_stops_instead_of_retrying_a_certificate_that_went_bad() {
     send(&d, "alice", "rotated", "first", &[]);
     let mut c = with_ca(cow_wss(&d, &proxy.url("localhost"), "bob"));
     c.args(["wait", "rotated", "--follow", "--since-seq", &start]);
-    let mut w = c
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = std::io::BufReader::new(w.stdout.take().unwrap());
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
-    assert!(line.contains("first"), "{line}");
+    let w = follow(c);
+    assert!(w.first.contains("first"), "{}", w.first);
     // The server now presents a certificate for another name: reconnecting cannot help,
     // and a follower must not spin on it forever.
     proxy.set_cert("wrong-name");
     proxy.cut();
-    let status = w.wait().unwrap();
-    let mut err = String::new();
-    w.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    let (status, _, err) = w.finish();
     assert_eq!(status.code(), Some(1), "{err}");
     assert!(err.contains("TLS with localhost"), "{err}");
     assert!(err.contains("not valid for name"), "{err}");

@@ -2,8 +2,9 @@
 //! `cowchat` binary. Build the daemon first: `cargo build -p convene-cli` (or set CONVENE_BIN).
 #![allow(dead_code)] // each test file uses a different subset
 
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, ChildStdout, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -297,4 +298,38 @@ pub fn daemon_has_ws() -> bool {
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).contains("--cowchat-ws"))
         .unwrap_or(false)
+}
+
+/// A long-running command (`wait --follow`) after the first line it printed.
+pub struct Follower {
+    pub child: Child,
+    pub out: BufReader<ChildStdout>,
+    pub first: String,
+}
+
+/// Starts `c` with piped output and waits for its first stdout line.
+pub fn follow(mut c: Command) -> Follower {
+    let mut child = c
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    out.read_line(&mut first).unwrap();
+    Follower { child, out, first }
+}
+
+impl Follower {
+    /// Waits for the exit: the status, the rest of stdout, and stderr.
+    pub fn finish(mut self) -> (ExitStatus, String, String) {
+        let mut rest = String::new();
+        self.out.read_to_string(&mut rest).unwrap();
+        let status = self.child.wait().unwrap();
+        let mut err = String::new();
+        if let Some(mut e) = self.child.stderr.take() {
+            e.read_to_string(&mut err).unwrap();
+        }
+        (status, rest, err)
+    }
 }
