@@ -2,6 +2,7 @@
 
 use crate::error::EvidenceError;
 use crate::jcs::sha256_hex;
+use crate::receipt::HmacKey;
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
 use ed25519_dalek::hazmat::{raw_sign, ExpandedSecretKey};
@@ -21,6 +22,8 @@ pub struct KeyMaterial {
     signer: Arc<SignBackend>,
     fingerprint: String,
     hmac_secret: [u8; 32],
+    /// `hmac_secret` prepared for HMAC once.
+    hmac_key: HmacKey,
 }
 
 impl std::fmt::Debug for KeyMaterial {
@@ -139,6 +142,7 @@ impl KeyMaterial {
             fingerprint: fingerprint_of(&signing.verifying_key()),
             signing,
             hmac_secret,
+            hmac_key: HmacKey::new(&hmac_secret),
         }
     }
 
@@ -150,6 +154,11 @@ impl KeyMaterial {
     /// 16-hex fingerprint: first 16 hex of sha256(raw public key).
     pub fn fingerprint(&self) -> String {
         self.fingerprint.clone()
+    }
+
+    /// The HMAC secret prepared for computing receipt HMACs.
+    pub fn hmac_key(&self) -> &HmacKey {
+        &self.hmac_key
     }
 
     /// HMAC secret bytes (shared-secret deployments only).
