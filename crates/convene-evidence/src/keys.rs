@@ -286,7 +286,21 @@ pub struct EnrolledKey {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct TrustStore {
     /// Keys by fingerprint.
+    #[serde(deserialize_with = "keys_decoded")]
     pub keys: BTreeMap<String, EnrolledKey>,
+}
+
+/// Keys read from a trust file, decoded once here: `parsed` is not serialized, and without
+/// it every verification would decode and decompress the key again.
+fn keys_decoded<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<String, EnrolledKey>, D::Error> {
+    let mut keys = BTreeMap::<String, EnrolledKey>::deserialize(d)?;
+    for k in keys.values_mut() {
+        // An undecodable key stays None and is refused at use, as before.
+        k.parsed = public_from_b64(&k.public_key).ok();
+    }
+    Ok(keys)
 }
 
 impl TrustStore {
@@ -473,6 +487,27 @@ mod tests {
         assert_ne!(a.fingerprint(), b.fingerprint());
         assert_ne!(a.hmac_secret(), b.hmac_secret());
         assert_ne!(a.hmac_secret(), &[0u8; 32]);
+    }
+
+    #[test]
+    fn trust_store_read_from_json_has_its_keys_decoded() {
+        let k = KeyMaterial::generate(None);
+        let mut ts = TrustStore::default();
+        ts.enroll(
+            "urn:i",
+            &B64.encode(k.public().to_bytes()),
+            &k.fingerprint(),
+        )
+        .unwrap();
+        let mut json = serde_json::to_value(&ts).unwrap();
+        let loaded: TrustStore = serde_json::from_value(json.clone()).unwrap();
+        assert_eq!(loaded.keys[&k.fingerprint()].parsed, Some(k.public()));
+        assert_eq!(loaded.usable_keys("urn:i", 0.0).count(), 1);
+        // A key that does not decode stays unusable.
+        json["keys"][k.fingerprint()]["public_key"] = "AAAA".into();
+        let bad: TrustStore = serde_json::from_value(json).unwrap();
+        assert!(bad.keys[&k.fingerprint()].parsed.is_none());
+        assert_eq!(bad.usable_keys("urn:i", 0.0).count(), 0);
     }
 
     #[test]
