@@ -172,11 +172,14 @@ impl ReplayCache {
                     Some(n) => n,
                     None => g.0.entry(issuer.to_string()).or_default(),
                 };
-                if by_issuer.contains_key(nonce) {
-                    return Ok(false);
+                // One hash lookup; the key is allocated anyway when the nonce is new.
+                match by_issuer.entry(nonce.to_string()) {
+                    std::collections::hash_map::Entry::Occupied(_) => Ok(false),
+                    std::collections::hash_map::Entry::Vacant(v) => {
+                        v.insert(expires_at);
+                        Ok(true)
+                    }
                 }
-                by_issuer.insert(nonce.to_string(), expires_at);
-                Ok(true)
             }
         }
     }
