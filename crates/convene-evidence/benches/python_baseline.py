@@ -22,8 +22,8 @@ from ccs_verifier import (Command, CredentialLeakRule, RCERule, SSRFRule, Verifi
                           get_public_key)
 from ccs_verifier.ccs_verifier_l1 import L1Receipt
 
-ROUND = 0.3  # seconds per round
-ROUNDS = 5  # best round is reported, as in benches/evidence.rs
+ROUND = 0.1  # seconds per round, as in benches/evidence.rs
+ROUNDS = 24  # best round is reported, as in benches/evidence.rs
 PARAMS = {"query": "weather in Tokyo", "max_results": 10, "url": "https://en.wikipedia.org/wiki/Tokyo"}
 
 
