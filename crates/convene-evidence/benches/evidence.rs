@@ -22,9 +22,11 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 /// Each operation runs ROUNDS rounds of ROUND; the best round is reported, because the
-/// shared machine's noise only ever makes a round slower.
-const ROUND: Duration = Duration::from_millis(300);
-const ROUNDS: usize = 8;
+/// shared machine's noise only ever makes a round slower. Short rounds, many of them (same
+/// 2.4 s per side as 8 x 300 ms): alternated with the Python rounds, a load burst of a few
+/// seconds then hits both sides instead of all rounds of one (docs/evidence.md, Measured).
+const ROUND: Duration = Duration::from_millis(100);
+const ROUNDS: usize = 24;
 
 /// Whether the row `name` is measured in this run (EVB_ONLY filter).
 fn wants(name: &str) -> bool {

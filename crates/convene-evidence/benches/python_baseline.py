@@ -22,8 +22,8 @@ from ccs_verifier import (Command, CredentialLeakRule, RCERule, SSRFRule, Verifi
                           get_public_key)
 from ccs_verifier.ccs_verifier_l1 import L1Receipt
 
-ROUND = 0.3  # seconds per round
-ROUNDS = 5  # best round is reported, as in benches/evidence.rs
+ROUND = 0.1  # seconds per round, as in benches/evidence.rs
+ROUNDS = 24  # best round is reported, as in benches/evidence.rs
 PARAMS = {"query": "weather in Tokyo", "max_results": 10, "url": "https://en.wikipedia.org/wiki/Tokyo"}
 
 
@@ -72,7 +72,6 @@ def main() -> None:
     receipts = [issue() for _ in range(16000)]
     audience = receipts[0]["audience"]
     seen: set[tuple[str, str]] = set()
-    digest = compute_args_digest(PARAMS)
     pool = iter(receipts)
 
     def verify_one():
@@ -85,7 +84,9 @@ def main() -> None:
         assert r.verify_signature(pub)  # 3 signature
         assert (r.issuer, r.nonce) not in seen  # 4 replay
         seen.add((r.issuer, r.nonce))
-        assert r.args_digest == digest  # 5 binding
+        # 5 binding: the digest of the call's params is computed per receipt, as the Rust
+        # side's Enforcer::validate does (a consumer binds the params it is about to run).
+        assert r.args_digest == compute_args_digest(PARAMS)
         assert r.verdict in ("allow", "block")  # 6 outcome mapping
 
     if not serve:

@@ -3,7 +3,7 @@
 use crate::error::EvidenceError;
 use crate::jcs::sha256_hex;
 use crate::keys::TrustStore;
-use crate::receipt::{OutcomeStatus, Receipt, Verdict};
+use crate::receipt::{HmacKey, OutcomeStatus, Receipt, Verdict};
 use rusqlite::{params, Connection};
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -172,11 +172,14 @@ impl ReplayCache {
                     Some(n) => n,
                     None => g.0.entry(issuer.to_string()).or_default(),
                 };
-                if by_issuer.contains_key(nonce) {
-                    return Ok(false);
+                // One hash lookup; the key is allocated anyway when the nonce is new.
+                match by_issuer.entry(nonce.to_string()) {
+                    std::collections::hash_map::Entry::Occupied(_) => Ok(false),
+                    std::collections::hash_map::Entry::Vacant(v) => {
+                        v.insert(expires_at);
+                        Ok(true)
+                    }
                 }
-                by_issuer.insert(nonce.to_string(), expires_at);
-                Ok(true)
             }
         }
     }
@@ -299,7 +302,7 @@ pub struct Accepted {
 pub struct Enforcer {
     identity: String,
     trust: TrustStore,
-    hmac_secrets: HashMap<String, Vec<Vec<u8>>>,
+    hmac_secrets: HashMap<String, Vec<HmacKey>>,
     replay: ReplayCache,
     monitor: DenyRateMonitor,
     alert_threshold: u64,
@@ -337,7 +340,7 @@ impl Enforcer {
         self.hmac_secrets
             .entry(issuer.to_string())
             .or_default()
-            .push(secret.to_vec());
+            .push(HmacKey::new(secret));
         self
     }
 
@@ -390,7 +393,7 @@ impl Enforcer {
         // With shared secrets enrolled, the receipt's HMAC or (during a rotation overlap)
         // its cosignature's HMAC must verify under one of them.
         let mac = match self.hmac_secrets.get(&r.issuer) {
-            Some(secrets) => secrets.iter().any(|s| r.verify_any_hmac(s)),
+            Some(keys) => r.verify_any_hmac_with(keys),
             None => true,
         };
         ed && mac

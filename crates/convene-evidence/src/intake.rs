@@ -49,10 +49,10 @@ pub fn binary_param(bytes: &[u8]) -> Value {
 fn err(
     code: crate::error::IntakeErrorCode,
     msg: impl Into<String>,
-    trace: &Option<String>,
+    trace: &Option<&str>,
 ) -> IntakeError {
     let mut e = IntakeError::new(code, msg);
-    e.trace_id = trace.clone();
+    e.trace_id = trace.map(nfc);
     e
 }
 
@@ -74,12 +74,12 @@ pub fn parse_value(v: &Value) -> Result<Command, IntakeError> {
     let obj = v.as_object().ok_or_else(|| {
         IntakeError::new(C::IntakeMalformed, "intake message must be a JSON object")
     })?;
-    // Best-effort trace id for error correlation (§3.4), taken before validation.
+    // Best-effort trace id for error correlation (§3.4), taken before validation;
+    // normalized only when an error is built.
     let trace = obj
         .get("trace_id")
         .and_then(Value::as_str)
-        .filter(|s| s.len() <= 128)
-        .map(nfc);
+        .filter(|s| s.len() <= 128);
 
     // Total size is measured on the canonical form so whitespace cannot hide bulk;
     // the exact form is only computed when a cheap upper bound could exceed the limit.
@@ -159,15 +159,15 @@ pub fn parse_value(v: &Value) -> Result<Command, IntakeError> {
     if agent_id.len() > MAX_AGENT_ID {
         return Err(err(C::IntakeOverflow, "agent_id exceeds 512 bytes", &trace));
     }
-    let params = obj.get("params").cloned().unwrap_or(Value::Null);
-    if !params.is_object() {
+    let Some(params) = obj.get("params").filter(|p| p.is_object()) else {
         return Err(err(
             C::IntakeMalformed,
             "params must be a JSON object",
             &trace,
         ));
-    }
-    let params = nfc_value(&params).map_err(|m| err(C::IntakeMalformed, m, &trace))?;
+    };
+    // nfc_value builds the normalized copy; the input is not cloned first.
+    let params = nfc_value(params).map_err(|m| err(C::IntakeMalformed, m, &trace))?;
     let canonical_params =
         canonicalize(&params).map_err(|e| err(C::IntakeMalformed, e.to_string(), &trace))?;
     if canonical_params.len() > MAX_PARAMS {
@@ -279,11 +279,7 @@ fn truncate(s: &str) -> String {
     s.chars().take(64).collect()
 }
 
-fn get_str(
-    obj: &Map<String, Value>,
-    f: &str,
-    trace: &Option<String>,
-) -> Result<String, IntakeError> {
+fn get_str(obj: &Map<String, Value>, f: &str, trace: &Option<&str>) -> Result<String, IntakeError> {
     match obj.get(f) {
         Some(Value::String(s)) => Ok(nfc(s)),
         _ => Err(err(
@@ -327,7 +323,7 @@ fn nfc_value(v: &Value) -> Result<Value, String> {
 }
 
 /// Timestamps: a Unix number, or an RFC 3339 string whose offset is UTC (§3.2).
-fn parse_timestamp(v: Option<&Value>, trace: &Option<String>) -> Result<f64, IntakeError> {
+fn parse_timestamp(v: Option<&Value>, trace: &Option<&str>) -> Result<f64, IntakeError> {
     match v {
         Some(Value::Number(n)) => {
             let f = n

@@ -427,14 +427,14 @@ impl Verifier {
         }
     }
 
-    fn step(&self, s: Step, started: Instant, trace: &Option<String>) -> Result<(), IntakeError> {
+    fn step(&self, s: Step, started: Instant, trace: Option<&str>) -> Result<(), IntakeError> {
         #[cfg(test)]
         if let Some(h) = &self.fault {
             if let Err(m) = h(s) {
                 let _ = m; // the message is internal; never surfaced (§3.4)
                 let mut e =
                     IntakeError::new(IntakeErrorCode::IntakeFailed, "intake processing failed");
-                e.trace_id = trace.clone();
+                e.trace_id = trace.map(String::from);
                 return Err(e);
             }
         }
@@ -445,7 +445,7 @@ impl Verifier {
                     IntakeErrorCode::IntakeTimeout,
                     "intake processing exceeded the timeout",
                 );
-                e.trace_id = trace.clone();
+                e.trace_id = trace.map(String::from);
                 return Err(e);
             }
         }
@@ -510,7 +510,7 @@ impl Verifier {
     /// The Persist step for issued receipts: one transaction, durable before returning.
     fn persist(&self, items: &[&IssuedReceipt], started: Instant) -> Result<(), IntakeError> {
         for i in items {
-            self.step(Step::Persist, started, &Some(i.receipt.trace_id.clone()))?;
+            self.step(Step::Persist, started, Some(&i.receipt.trace_id))?;
         }
         let Some(store) = &self.store else {
             return Ok(());
@@ -539,15 +539,16 @@ impl Verifier {
         audience: Option<&str>,
         started: Instant,
     ) -> Result<IssuedReceipt, IntakeError> {
-        self.step(Step::Normalize, started, &None)?;
+        self.step(Step::Normalize, started, None)?;
         let cmd = parse()?;
-        let trace = Some(cmd.trace_id.clone());
+        // Borrowed: the trace id is only copied when an error is built.
+        let trace = Some(cmd.trace_id.as_str());
         let fail = |m: &str| {
             let mut e = IntakeError::new(IntakeErrorCode::IntakeFailed, m);
-            e.trace_id = trace.clone();
+            e.trace_id = trace.map(String::from);
             e
         };
-        self.step(Step::Rules, started, &trace)?;
+        self.step(Step::Rules, started, trace)?;
         let now = (self.clock)();
         let ctx = RuleContext {
             cmd: &cmd,
@@ -585,7 +586,7 @@ impl Verifier {
             }
         }
 
-        self.step(Step::Bind, started, &trace)?;
+        self.step(Step::Bind, started, trace)?;
         let params_hash = sha256_hex(cmd.canonical_params.as_bytes());
         let action = action_for(&cmd.tool, &params_hash);
         if verdict == Verdict::Allow {
@@ -706,7 +707,7 @@ impl Verifier {
             cosignature: None,
         };
 
-        self.step(Step::Sign, started, &trace)?;
+        self.step(Step::Sign, started, trace)?;
         receipt
             .seal_dual(&self.keys, self.next_keys())
             .map_err(|_| fail("intake processing failed"))?;
