@@ -6,7 +6,7 @@ use crate::receipt::HmacKey;
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
 use ed25519_dalek::hazmat::{raw_sign, ExpandedSecretKey};
-use ed25519_dalek::{Signature, Signer as _, SigningKey, Verifier, VerifyingKey};
+use ed25519_dalek::{Signature, SigningKey, Verifier, VerifyingKey};
 use rand_core::{OsRng, RngCore};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -18,8 +18,8 @@ pub struct KeyMaterial {
     /// Stable key identifier bound into the canonical configuration.
     pub key_id: String,
     signing: SigningKey,
-    /// The signer, built once per key (not at every signature).
-    signer: Arc<SignBackend>,
+    /// SHA-512 expansion of the seed, computed once instead of at every signature.
+    expanded: Arc<ExpandedSecretKey>,
     fingerprint: String,
     hmac_secret: [u8; 32],
     /// `hmac_secret` prepared for HMAC once.
@@ -33,73 +33,6 @@ impl std::fmt::Debug for KeyMaterial {
             .field("key_id", &self.key_id)
             .field("fingerprint", &self.fingerprint())
             .finish()
-    }
-}
-
-/// Ed25519 signing backend. Ed25519 is deterministic (RFC 8032), so both give the same
-/// bytes (held by keys::tests::signer_signs_like_signing_key).
-enum SignBackend {
-    /// AWS-LC (s2n-bignum assembly for the fixed-base multiplication): ~13 µs per
-    /// receipt signature on the bench VM where dalek takes ~22 µs (docs/evidence.md).
-    AwsLc(awslc::PrivateKey),
-    /// Dalek with the cached SHA-512 expansion of the seed; only used if AWS-LC derived
-    /// another public key from the seed (never seen; checked once per key).
-    Dalek(ExpandedSecretKey),
-}
-
-impl SignBackend {
-    fn new(seed: &[u8; 32], public: &VerifyingKey) -> Self {
-        match awslc::PrivateKey::from_seed(seed, public.as_bytes()) {
-            Some(k) => Self::AwsLc(k),
-            None => Self::Dalek(ExpandedSecretKey::from(seed)),
-        }
-    }
-}
-
-/// AWS-LC's raw Ed25519 functions. Not aws-lc-rs: its signing goes through EVP_PKEY, whose
-/// method tables pull every key type of the library into the binary.
-mod awslc {
-    use zeroize::Zeroize;
-
-    /// AWS-LC's private key form: seed ‖ public key (zeroed on drop, like dalek's keys).
-    pub(super) struct PrivateKey([u8; 64]);
-
-    impl Drop for PrivateKey {
-        fn drop(&mut self) {
-            self.0.zeroize();
-        }
-    }
-
-    impl PrivateKey {
-        /// The key for `seed`, if AWS-LC derives the expected public key from it.
-        pub(super) fn from_seed(seed: &[u8; 32], public: &[u8; 32]) -> Option<Self> {
-            static INIT: std::sync::Once = std::sync::Once::new();
-            // CPU feature detection, so the BMI2/ADX assembly is selected; idempotent.
-            // SAFETY: takes no arguments; AWS-LC's documented library initializer.
-            INIT.call_once(|| unsafe { aws_lc_sys::CRYPTO_library_init() });
-            let (mut pk, mut sk) = ([0u8; 32], PrivateKey([0u8; 64]));
-            // SAFETY: the pointers are valid for 32 (written), 64 (written) and 32 (read)
-            // bytes, the sizes ED25519_keypair_from_seed requires.
-            unsafe {
-                aws_lc_sys::ED25519_keypair_from_seed(
-                    pk.as_mut_ptr(),
-                    sk.0.as_mut_ptr(),
-                    seed.as_ptr(),
-                )
-            };
-            (pk == *public).then_some(sk)
-        }
-
-        /// RFC 8032 Ed25519 signature of `msg`; None if AWS-LC reports a failure.
-        pub(super) fn sign(&self, msg: &[u8]) -> Option<[u8; 64]> {
-            let mut sig = [0u8; 64];
-            // SAFETY: sig is 64 writable bytes, msg is readable for msg.len() bytes, and
-            // self.0 is the 64-byte private key ED25519_sign expects.
-            let ok = unsafe {
-                aws_lc_sys::ED25519_sign(sig.as_mut_ptr(), msg.as_ptr(), msg.len(), self.0.as_ptr())
-            };
-            (ok == 1).then_some(sig)
-        }
     }
 }
 
@@ -138,7 +71,7 @@ impl KeyMaterial {
         let signing = SigningKey::from_bytes(&seed);
         Self {
             key_id: key_id.to_string(),
-            signer: Arc::new(SignBackend::new(&seed, &signing.verifying_key())),
+            expanded: Arc::new(ExpandedSecretKey::from(&seed)),
             fingerprint: fingerprint_of(&signing.verifying_key()),
             signing,
             hmac_secret,
@@ -168,14 +101,9 @@ impl KeyMaterial {
 
     /// Sign bytes with Ed25519.
     pub fn sign(&self, msg: &[u8]) -> Signature {
-        match &*self.signer {
-            SignBackend::AwsLc(k) => match k.sign(msg) {
-                Some(b) => Signature::from_bytes(&b),
-                // Pure Ed25519 signing has no failing step in AWS-LC; should it report one, dalek signs.
-                None => self.signing.sign(msg),
-            },
-            SignBackend::Dalek(e) => raw_sign::<sha2::Sha512>(e, msg, self.signing.as_ref()),
-        }
+        // RFC 8032 signing with the cached expansion; byte-identical to SigningKey::sign
+        // (held by keys::tests::cached_expansion_signs_like_signing_key).
+        raw_sign::<sha2::Sha512>(&self.expanded, msg, self.signing.as_ref())
     }
 
     /// Serialize to a key file.
@@ -511,19 +439,13 @@ mod tests {
     }
 
     #[test]
-    fn signer_signs_like_signing_key() {
+    fn cached_expansion_signs_like_signing_key() {
+        use ed25519_dalek::Signer;
         for n in [0usize, 1, 64, 900, 5000] {
             let k = KeyMaterial::generate(None);
-            assert!(matches!(*k.signer, SignBackend::AwsLc(_)));
             let msg: Vec<u8> = (0..n).map(|i| (i * 7 + n) as u8).collect();
             assert_eq!(k.sign(&msg), k.signing.sign(&msg));
             assert!(k.public().verify(&msg, &k.sign(&msg)).is_ok());
-            // The fallback backend signs the same bytes.
-            let mut d = k.clone();
-            d.signer = Arc::new(SignBackend::Dalek(ExpandedSecretKey::from(
-                &d.signing.to_bytes(),
-            )));
-            assert_eq!(d.sign(&msg), k.sign(&msg));
         }
     }
 
