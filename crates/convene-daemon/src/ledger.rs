@@ -319,6 +319,7 @@ const SPIN_MICROS: u64 = 100;
 type Done = Result<(Outcome, Vec<String>), CoreError>;
 
 fn writer_loop(core: &Mutex<Core>, pending: &AtomicUsize, mut rx: mpsc::Receiver<Job>) {
+    let mut last_checkpoint = std::time::Instant::now();
     while let Some(first) = next_job(&mut rx) {
         let mut batch = Vec::with_capacity(16);
         let mut cmds = first.len();
@@ -335,9 +336,29 @@ fn writer_loop(core: &Mutex<Core>, pending: &AtomicUsize, mut rx: mpsc::Receiver
         let n = batch.len();
         core.lock().process(batch);
         pending.fetch_sub(n, Ordering::AcqRel);
+        // Under steady load the checkpointer thread never finds a gap between this thread's
+        // transactions, so the WAL would never start over (and would grow without bound).
+        // Now and then, between two batches (every caller already answered), this thread
+        // checkpoints itself: the checkpointer has copied nearly everything, so this is short,
+        // and the next transaction then restarts the WAL from its beginning.
+        if last_checkpoint.elapsed() >= WRITER_CHECKPOINT_EVERY {
+            if let Err(e) = core
+                .lock()
+                .writer
+                .checkpoint_restart(WRITER_CHECKPOINT_WAIT)
+            {
+                tracing::debug!(error = %e, "checkpoint between batches did not finish");
+            }
+            last_checkpoint = std::time::Instant::now();
+        }
     }
     let _ = core.lock().writer.checkpoint();
 }
+
+/// How often the writer thread checkpoints between its own batches.
+const WRITER_CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
+/// How long that checkpoint may wait for readers of old frames.
+const WRITER_CHECKPOINT_WAIT: std::time::Duration = std::time::Duration::from_millis(5);
 
 impl Core {
     /// Executes one batch in one transaction, publishes what committed, answers every job.

@@ -38,11 +38,14 @@ impl From<StoreError> for convene_core::CoreError {
     }
 }
 
+/// How long a connection waits for a lock held by another.
+pub(crate) const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Result alias.
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
 fn configure(conn: &Connection) -> Result<()> {
-    conn.busy_timeout(std::time::Duration::from_secs(10))?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     // FULL: every commit syncs the WAL, so an acknowledged append survives power loss.
     conn.pragma_update(None, "synchronous", "FULL")?;
@@ -64,6 +67,15 @@ pub fn open_writer(path: &Path) -> Result<Writer> {
 /// Starts a thread that copies the WAL into the database file every `every`, with its own
 /// connection, so the main file's fsync never sits on the write path. The thread ends when
 /// `keep_running` turns false or the database goes away.
+///
+/// Each round is a PASSIVE checkpoint (copies what it can, never blocks anyone), then a
+/// RESTART one that may hold new writers back for the last few frames and the database
+/// fsync, so the next commit starts the WAL over from its beginning. Without that, steady
+/// writes keep the WAL from ever being fully checkpointed at the moment a writer starts: it
+/// grows without bound, and every commit appends past its end, which makes each commit's
+/// fdatasync also write file metadata (about twice the latency on this VM). The RESTART
+/// waits at most [`RESTART_WAIT`] for readers; when it cannot finish, the round ends as a
+/// PASSIVE one and the next round tries again.
 pub fn spawn_checkpointer(
     path: &Path,
     every: std::time::Duration,
@@ -71,21 +83,27 @@ pub fn spawn_checkpointer(
 ) -> Result<()> {
     let conn = Connection::open(path)?;
     configure(&conn)?;
+    conn.busy_timeout(RESTART_WAIT)?;
     std::thread::Builder::new()
         .name("convene-checkpoint".into())
         .spawn(move || {
             while keep_running.load(std::sync::atomic::Ordering::Relaxed) {
                 std::thread::sleep(every);
-                // PASSIVE never blocks the writer; frames still read by a reader wait for the next round.
-                if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
-                    tracing::warn!(error = %e, "checkpoint failed; checkpointer stops");
-                    return;
+                for mode in ["PASSIVE", "RESTART"] {
+                    let sql = format!("PRAGMA wal_checkpoint({mode})");
+                    if let Err(e) = conn.query_row(&sql, [], |_| Ok(())) {
+                        tracing::warn!(error = %e, "checkpoint failed; checkpointer stops");
+                        return;
+                    }
                 }
             }
         })
         .map_err(|e| StoreError::Corrupt(format!("cannot start checkpointer: {e}")))?;
     Ok(())
 }
+
+/// How long a RESTART checkpoint waits for the writer and for readers of old frames.
+const RESTART_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Opens `n` read-only connections to the database (the pool opens more when reads overlap).
 pub fn open_readers(path: &Path, n: usize) -> Result<Readers> {

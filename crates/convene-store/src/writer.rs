@@ -54,6 +54,19 @@ impl Writer {
         self.conn.execute_batch("PRAGMA wal_checkpoint(PASSIVE)")?;
         Ok(())
     }
+
+    /// Checkpoints and makes the next commit start the WAL over (RESTART), waiting at most
+    /// `wait` for readers of old frames or another checkpointer; past that it does what it
+    /// can without blocking (the caller tries again later).
+    pub fn checkpoint_restart(&self, wait: std::time::Duration) -> Result<()> {
+        self.conn.busy_timeout(wait)?;
+        let r = self
+            .conn
+            .query_row("PRAGMA wal_checkpoint(RESTART)", [], |_| Ok(()));
+        self.conn.busy_timeout(crate::BUSY_TIMEOUT)?;
+        r?;
+        Ok(())
+    }
 }
 
 /// Writes one outcome's events and projection changes into the open transaction.

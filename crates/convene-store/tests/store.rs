@@ -184,3 +184,57 @@ fn readers_resolve_cursors_and_page_both_ways() {
     let hits = r.search(&gid, "N2", 0, 10, &[]).unwrap();
     assert_eq!(hits.len(), 6, "n2 and n20..n24");
 }
+
+#[test]
+fn steady_writes_do_not_grow_the_wal_without_bound() {
+    let (_d, p) = setup();
+    let mut w = convene_store::open_writer(&p).unwrap();
+    let alive = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    convene_store::spawn_checkpointer(&p, std::time::Duration::from_millis(10), alive.clone())
+        .unwrap();
+    let mut eng = Engine::new(Vec::new(), Limits::default());
+    let gid = run(
+        &mut w,
+        &mut eng,
+        Command::GroupCreate {
+            title: "wal".into(),
+            topic: String::new(),
+            by: "user".into(),
+            settings: Default::default(),
+        },
+        true,
+    )
+    .events[0]
+        .group_id
+        .clone();
+    // Commits with a short pause between them, as a sequential client makes them (the
+    // daemon's writer thread covers back-to-back batches itself): each appends pages.
+    let body = "x".repeat(900);
+    let started = std::time::Instant::now();
+    let mut n = 0;
+    while n < 400 || started.elapsed() < std::time::Duration::from_millis(600) {
+        std::thread::sleep(std::time::Duration::from_micros(200));
+        run(
+            &mut w,
+            &mut eng,
+            Command::Send(SendArgs {
+                group_id: gid.clone(),
+                by: "user".into(),
+                text: Some(body.clone()),
+                ..SendArgs::default()
+            }),
+            true,
+        );
+        n += 1;
+    }
+    alive.store(false, std::sync::atomic::Ordering::Relaxed);
+    let wal = std::fs::metadata(p.with_extension("sqlite-wal"))
+        .unwrap()
+        .len();
+    // Every commit wrote two or more 4 KiB pages: without the log restarting, the WAL would
+    // hold all of them.
+    assert!(
+        wal < n as u64 * 4096,
+        "WAL of {wal} bytes after {n} commits: the checkpointer never restarted it"
+    );
+}

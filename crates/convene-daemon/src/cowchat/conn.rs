@@ -166,10 +166,10 @@ pub(super) struct Session {
     /// Events owed once the current answer is queued (the caller sees its answer first).
     pub after: Vec<After>,
     inflight: Arc<Semaphore>,
-    /// Another whole frame is already buffered from the client (it is pipelining).
-    more_buffered: bool,
     /// Validated `send_message` frames not yet handed to the ledger: (frame id, command).
-    sends: Vec<(Option<Value>, convene_core::Command)>,
+    sends: Vec<Pending>,
+    /// Resolves once the last queued run of sends is answered (the next run answers after it).
+    last_run: Option<tokio::sync::oneshot::Receiver<()>>,
 }
 
 impl Session {
@@ -252,8 +252,8 @@ where
         subs: HashMap::new(),
         after: Vec::new(),
         inflight: Arc::new(Semaphore::new(MAX_INFLIGHT as usize)),
-        more_buffered: false,
         sends: Vec::new(),
+        last_run: None,
     };
     let mut shutdown = face.d.shutdown_rx();
     let mut buf = Vec::with_capacity(4096);
@@ -284,12 +284,16 @@ where
                     }
                 }
                 Ok(f) => {
-                    s.more_buffered = r.buffer().contains(&b'\n');
                     if !handle(&mut s, f).await {
                         break;
                     }
                 }
             },
+        }
+        // Collected sends go to the ledger before this loop waits for the socket, whatever
+        // the frame that ended the buffered burst was (a pong, a bad line, …).
+        if !s.sends.is_empty() && !r.buffer().contains(&b'\n') && !flush_sends(&mut s).await {
+            break;
         }
     }
     let mut cursors = HashMap::new();
@@ -504,20 +508,19 @@ pub(super) async fn reply(
 /// Most `send_message` frames handed to the ledger as one run.
 const MAX_RUN: usize = 128;
 
+/// A collected `send_message` frame: its id, and its command or why it was refused.
+type Pending = (Option<Value>, Result<convene_core::Command, WireError>);
+
 /// `send_message` is validated in frame order and collected while the client's next frame
 /// is already buffered; the run goes to the ledger in one hand-off (one transaction, one
 /// fsync) and is answered off the reader loop, so a pipelining client shares group commits
-/// and wake-ups instead of paying them per frame.
+/// and wake-ups instead of paying them per frame. Answers keep frame order, refusals
+/// included: each run is answered after the one before it.
 async fn send_pipelined(s: &mut Session, f: Frame) -> bool {
-    match messages::send_command(s, f.payload) {
-        Ok(c) => s.sends.push((f.id, c)),
-        Err(e) => {
-            if !s.out.error(f.id.as_ref(), &e).await {
-                return false;
-            }
-        }
-    }
-    if s.more_buffered && s.sends.len() < MAX_RUN {
+    let cmd = messages::send_command(s, f.payload);
+    s.sends.push((f.id, cmd));
+    // The reader loop flushes when no whole frame is left buffered.
+    if s.sends.len() < MAX_RUN {
         return true;
     }
     flush_sends(s).await
@@ -528,26 +531,40 @@ async fn flush_sends(s: &mut Session) -> bool {
     if s.sends.is_empty() {
         return true;
     }
-    let (rids, mut cmds): (Vec<_>, Vec<_>) = std::mem::take(&mut s.sends).into_iter().unzip();
-    let n = cmds.len() as u32;
+    let run: Vec<Pending> = std::mem::take(&mut s.sends);
+    let mut cmds = Vec::with_capacity(run.len());
+    let mut rids = Vec::with_capacity(run.len());
+    for (rid, c) in run {
+        rids.push((rid, c.as_ref().err().cloned()));
+        if let Ok(c) = c {
+            cmds.push(c);
+        }
+    }
+    let n = rids.len() as u32;
     let Ok(permit) = s.inflight.clone().acquire_many_owned(n).await else {
         return false;
     };
+    // The run before this one, if still unanswered: this run's answers wait for its.
+    let prev = s.last_run.take();
     let ledger = s.face.d.ledger.clone();
     // A lone send from a client with nothing unanswered (the sequential case) commits here
     // when the ledger is idle: no hand-off to the writer thread and back. A longer run is
     // queued, so this loop reads and checks the next frames while the run's fsync is under way.
-    if n == 1 && s.inflight.available_permits() as u32 + n == MAX_INFLIGHT {
+    if n == 1 && cmds.len() == 1 && s.inflight.available_permits() as u32 + n == MAX_INFLIGHT {
         if let Some(r) = ledger.try_inline_many(&mut cmds) {
             drop(permit);
-            return answer_sends(&s.face, &s.out, rids, r).await;
+            return answer_sends(&s.face, &s.out, rids, Ok(r)).await;
         }
     }
     // The first poll enqueues the run, fixing its order: the ledger queue is a FIFO and its
     // bounded sender is fair, so even a full queue keeps frame order. Unconstrained, because
     // tokio's cooperative budget could otherwise make that first poll yield before
     // enqueueing, letting a later frame overtake this run.
+    let empty = cmds.is_empty();
     let mut fut = Box::pin(tokio::task::unconstrained(async move {
+        if empty {
+            return Ok(Vec::new());
+        }
         match ledger.submit_many(cmds).await {
             Ok(rx) => rx.await.map_err(|_| crate::ledger::stopped()),
             Err(e) => Err(e),
@@ -555,47 +572,55 @@ async fn flush_sends(s: &mut Session) -> bool {
     }));
     let first = std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx))).await;
     let (out, face) = (s.out.clone(), s.face.clone());
-    let answer = |r: Result<Vec<crate::ledger::Answer>, convene_core::CoreError>, rids: Vec<_>| {
-        let n = rids.len();
-        r.unwrap_or_else(|e| (0..n).map(|_| Err(e.clone())).collect())
+    let (done, done_rx) = tokio::sync::oneshot::channel::<()>();
+    s.last_run = Some(done_rx);
+    let answer = async move |r| {
+        if let Some(p) = prev {
+            let _ = p.await;
+        }
+        let ok = answer_sends(&face, &out, rids, r).await;
+        drop(done);
+        drop(permit);
+        ok
     };
     match first {
-        Poll::Ready(r) => {
-            drop(permit);
-            let r = answer(r, rids.clone());
-            answer_sends(&face, &out, rids, r).await
-        }
+        Poll::Ready(r) => answer(r).await,
         Poll::Pending => {
-            tokio::spawn(async move {
-                let r = answer(fut.await, rids.clone());
-                answer_sends(&face, &out, rids, r).await;
-                drop(permit);
-            });
+            tokio::spawn(async move { answer(fut.await).await });
             true
         }
     }
 }
 
-/// Queues the answers of a run of sends as one write, then moves the turn token once per
-/// room (every send of one agent moves it to the same next member).
+/// Queues the answers of a run of sends as one write (a refused frame gets its error in its
+/// place), then moves the turn token once per room (every send of one agent moves it to the
+/// same next member).
 async fn answer_sends(
     face: &Face,
     out: &Outbox,
-    rids: Vec<Option<Value>>,
-    res: Vec<crate::ledger::Answer>,
+    rids: Vec<(Option<Value>, Option<WireError>)>,
+    res: Result<Vec<crate::ledger::Answer>, convene_core::CoreError>,
 ) -> bool {
     let mut lines = Vec::with_capacity(rids.len() * 320);
     let mut turns: Vec<(String, String)> = Vec::new();
-    for (rid, r) in rids.iter().zip(res) {
+    let (mut res, failed) = match res {
+        Ok(v) => (v.into_iter(), None),
+        Err(e) => (Vec::new().into_iter(), Some(e)),
+    };
+    for (rid, refused) in &rids {
         let id = out.next_id();
-        match r.map_err(super::wire).and_then(messages::sent_payload) {
+        let r = match (refused, &failed) {
+            (Some(e), _) => Err(e.clone()),
+            (None, Some(e)) => Err(super::wire(e.clone())),
+            (None, None) => res
+                .next()
+                .unwrap_or_else(|| Err(crate::ledger::stopped()))
+                .map_err(super::wire)
+                .and_then(messages::sent_payload),
+        };
+        match r {
             Ok((v, turn)) => {
-                lines.extend(convene_cowchat::frame::raw_line(
-                    &id,
-                    "ok",
-                    rid.as_ref(),
-                    &v,
-                ));
+                convene_cowchat::frame::write_raw_line(&mut lines, &id, "ok", rid.as_ref(), &v);
                 if let Some(t) = turn {
                     turns.retain(|x| x.0 != t.0);
                     turns.push(t);
