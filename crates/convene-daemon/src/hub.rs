@@ -103,13 +103,7 @@ impl Feed {
     /// Up to `max` events after `cursor` from memory; `None` when the buffer no longer holds
     /// `cursor + 1` (read the store instead).
     pub fn after(&self, cursor: u64, max: usize) -> Option<Vec<Arc<FeedEvent>>> {
-        let buf = self.buf.lock();
-        let first = buf.events.front().map(|e| e.seq)?;
-        if cursor + 1 < first {
-            return None;
-        }
-        let skip = (cursor + 1 - first) as usize;
-        Some(buf.events.iter().skip(skip).take(max).cloned().collect())
+        self.scan_after(cursor, max, |_| true)
     }
 
     /// The events after `cursor` in order, until `take` has accepted `max` of them (it

@@ -193,26 +193,6 @@ impl Ledger {
         Some(rx.try_recv().unwrap_or_else(|_| Err(stopped())))
     }
 
-    /// [`Ledger::try_inline`] for a run of commands: commits them all in one transaction on
-    /// the calling thread when the ledger is idle (taking them out of `cmds`), else `None`.
-    pub fn try_inline_many(&self, cmds: &mut Vec<Command>) -> Option<Vec<Answer>> {
-        if self.pending.load(Ordering::Acquire) != 0 {
-            return None;
-        }
-        let mut core = self.core.try_lock()?;
-        if self.pending.load(Ordering::Acquire) != 0 {
-            return None;
-        }
-        let n = cmds.len();
-        let (reply, mut rx) = oneshot::channel();
-        core.process(vec![Job::Many(std::mem::take(cmds), reply)]);
-        drop(core);
-        Some(
-            rx.try_recv()
-                .unwrap_or_else(|_| (0..n).map(|_| Err(stopped())).collect()),
-        )
-    }
-
     /// Executes a command; resolves once it is durable (or refused).
     pub async fn execute(&self, cmd: Command) -> Answer {
         // Always queued: callers that know they are sequential use `try_inline` first, and a

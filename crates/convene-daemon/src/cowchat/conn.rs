@@ -551,10 +551,12 @@ async fn flush_sends(s: &mut Session) -> bool {
     // when the ledger is idle: no hand-off to the writer thread and back. A longer run is
     // queued, so this loop reads and checks the next frames while the run's fsync is under way.
     if n == 1 && cmds.len() == 1 && s.inflight.available_permits() as u32 + n == MAX_INFLIGHT {
-        if let Some(r) = ledger.try_inline_many(&mut cmds) {
+        let mut one = cmds.pop();
+        if let Some(r) = ledger.try_inline(&mut one) {
             drop(permit);
-            return answer_sends(&s.face, &s.out, rids, Ok(r)).await;
+            return answer_sends(&s.face, &s.out, rids, Ok(vec![r])).await;
         }
+        cmds.extend(one);
     }
     // The first poll enqueues the run, fixing its order: the ledger queue is a FIFO and its
     // bounded sender is fair, so even a full queue keeps frame order. Unconstrained, because
