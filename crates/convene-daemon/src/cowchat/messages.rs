@@ -461,55 +461,57 @@ fn history_from_memory(
         Some(a) => feed.scan_after(a, limit, is_msg)?,
         None => feed.scan_before(before.unwrap_or(0), limit, is_msg)?,
     };
-    let mut out = Vec::with_capacity(evs.len() * 256 + 64);
-    out.extend_from_slice(b"{\"room_id\":");
-    push_json_str(&mut out, room);
-    out.extend_from_slice(b",\"messages\":[");
-    let mut first = true;
+    let mut page = HistoryPage::new(room, evs.len() * 256);
     for m in evs.iter().filter_map(|e| push::message_memo(e).flatten()) {
-        if !first {
-            out.push(b',');
-        }
-        first = false;
-        out.extend_from_slice(&m.message);
+        page.push(|out| out.extend_from_slice(&m.message));
     }
-    out.extend_from_slice(b"],\"has_more\":");
-    out.extend_from_slice(if evs.len() == limit {
-        b"true"
-    } else {
-        b"false"
-    });
-    out.push(b'}');
-    Some(out)
+    Some(page.finish(evs.len() == limit))
 }
 
 fn render_history(room: &str, rows: &[RawEvent], limit: usize, before: Option<u64>) -> Vec<u8> {
-    let full = rows.len() == limit;
-    let mut out = Vec::with_capacity(rows.iter().map(|r| r.json.len()).sum::<usize>() + 64);
-    out.extend_from_slice(b"{\"room_id\":");
-    push_json_str(&mut out, room);
-    out.extend_from_slice(b",\"messages\":[");
-    let mut first = true;
+    let mut page = HistoryPage::new(room, rows.iter().map(|r| r.json.len()).sum());
     for r in rows {
         if before.is_some_and(|b| r.seq >= b) {
             continue;
         }
-        let Some(st) = Stored::parse(&r.json) else {
-            continue;
-        };
-        if !st.is_message() {
-            continue;
+        if let Some(st) = Stored::parse(&r.json).filter(|st| st.is_message()) {
+            page.push(|out| st.write_message(out));
         }
-        if !first {
-            out.push(b',');
-        }
-        first = false;
-        st.write_message(&mut out);
     }
-    out.extend_from_slice(b"],\"has_more\":");
-    out.extend_from_slice(if full { b"true" } else { b"false" });
-    out.push(b'}');
-    out
+    page.finish(rows.len() == limit)
+}
+
+/// The `get_history` answer payload, written message by message (from memory or the store).
+struct HistoryPage {
+    out: Vec<u8>,
+    first: bool,
+}
+
+impl HistoryPage {
+    fn new(room: &str, size_hint: usize) -> Self {
+        let mut out = Vec::with_capacity(size_hint + 64);
+        out.extend_from_slice(b"{\"room_id\":");
+        push_json_str(&mut out, room);
+        out.extend_from_slice(b",\"messages\":[");
+        Self { out, first: true }
+    }
+
+    /// Appends one message object, written by `write`.
+    fn push(&mut self, write: impl FnOnce(&mut Vec<u8>)) {
+        if !self.first {
+            self.out.push(b',');
+        }
+        self.first = false;
+        write(&mut self.out);
+    }
+
+    fn finish(mut self, has_more: bool) -> Vec<u8> {
+        self.out.extend_from_slice(b"],\"has_more\":");
+        self.out
+            .extend_from_slice(if has_more { b"true" } else { b"false" });
+        self.out.push(b'}');
+        self.out
+    }
 }
 
 /// `room_tip`: the newest visible message's `seq` (0 when none).
