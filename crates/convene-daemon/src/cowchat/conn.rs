@@ -56,7 +56,7 @@ impl Outbox {
 
     /// Queues a line; false when the connection is gone.
     pub(super) async fn send(&self, line: Vec<u8>) -> bool {
-        self.tx.send((line, None)).await.is_ok()
+        self.push_line(line, None).await
     }
 
     /// Queues a frame of `ftype` answering `reply_to` (or unsolicited).
