@@ -235,23 +235,27 @@ fn main() {
     let pk = base64::engine::general_purpose::STANDARD.encode(keys.public().to_bytes());
     ts.enroll(&v.settings().issuer, &pk, &keys.fingerprint())
         .unwrap();
+    // The compared row checks what the Python side checks: Ed25519 only (a consumer that
+    // holds no shared secret, e.g. across organizations). The next row adds the L0 HMAC.
     let e = Enforcer::new(
         &v.settings().audience,
         ts.clone(),
         ReplayCache::in_memory().unwrap(),
-    )
-    .with_hmac_secret(&v.settings().issuer, keys.hmac_secret());
+    );
     let params = intake(0)["params"].clone();
     let exp = Expected {
         tool: "search_web",
         params: &params,
     };
     // Receipts are prepared only for rows that run, so profiles of one row stay clean.
-    let verify_row = "verify (six steps, HMAC, in-memory replay)";
-    let pool_n = if wants(verify_row) { 100_000u64 } else { 1 };
-    let pool: Vec<Receipt> = (0..pool_n)
-        .map(|i| v.issue(&intake(10_000_000 + i)).unwrap().receipt)
-        .collect();
+    let pool_for = |row: &str, base: u64| -> Vec<Receipt> {
+        let n = if wants(row) { 100_000u64 } else { 1 };
+        (0..n)
+            .map(|i| v.issue(&intake(base + i)).unwrap().receipt)
+            .collect()
+    };
+    let verify_row = "verify (six steps, Ed25519, in-mem replay)";
+    let pool = pool_for(verify_row, 10_000_000);
     let now = pool[0].issued_at + 1.0;
     let mut it = pool.iter();
     compare(
@@ -264,6 +268,21 @@ fn main() {
         py.as_mut().map(|p| (p, "verify")),
     );
     let issued = pool;
+
+    // The same with the issuer's HMAC secret enrolled: both the L0 HMAC and Ed25519.
+    let eh = Enforcer::new(
+        &v.settings().audience,
+        ts.clone(),
+        ReplayCache::in_memory().unwrap(),
+    )
+    .with_hmac_secret(&v.settings().issuer, keys.hmac_secret());
+    let hmac_row = "verify (six steps, Ed25519+HMAC, in-mem)";
+    let hmac_pool = pool_for(hmac_row, 30_000_000);
+    let mut it = hmac_pool.iter();
+    measure(hmac_row, || {
+        let r = it.next().expect("receipt pool exhausted");
+        assert!(eh.validate(r, &exp, now).is_ok());
+    });
 
     // The same with the durable replay cache (file, synchronous=FULL): one fsync per receipt.
     let ed = Enforcer::new(
