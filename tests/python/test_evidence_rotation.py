@@ -180,3 +180,96 @@ def test_announce_dual_sign_cutover_retire(tmp_path):
     ev("trust", "revoke", "--trust", only_new[1], "--fingerprint", new["fingerprint"])
     assert out("trust", "retire", "--trust", only_new[1], "--fingerprint", new["fingerprint"], check=1)["changed"] is False
     assert json.loads(Path(only_new[1]).read_text())["keys"][new["fingerprint"]]["state"] == "revoked"
+
+
+class VerifierProc:
+    """`verifier serve` as a real process on a Unix socket (JSON lines)."""
+
+    def __init__(self, w: Path, key: Path, *extra: str):
+        self.sock = w / "v.sock"
+        self.log = open(w / "verifier.log", "w+")
+        self.p = subprocess.Popen([PREFIX[0], "verifier", "serve", "--key", str(key),
+                                   "--socket", str(self.sock), *extra],
+                                  stdout=subprocess.DEVNULL, stderr=self.log)
+        deadline = time.time() + 20
+        while not self.sock.exists():
+            assert self.p.poll() is None, "verifier exited"
+            assert time.time() < deadline, "verifier socket never appeared"
+            time.sleep(0.02)
+
+    def call(self, req: dict) -> dict:
+        import socket
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(str(self.sock))
+            s.sendall((json.dumps(req) + "\n").encode())
+            return json.loads(s.makefile().readline())
+
+    def public(self) -> dict:
+        return self.call({"op": "public"})
+
+    def issue(self, trace: str) -> dict:
+        got = self.call({"op": "issue", "intake": {
+            "intake_version": "1.3", "agent_id": "agent", "tool": "search_web",
+            "params": PARAMS, "timestamp": time.time(), "trace_id": trace}})
+        assert got["ok"], got
+        return got["bundle"]["receipt"]
+
+    def until(self, pred, what: str) -> dict:
+        deadline = time.time() + 10
+        while True:
+            pub = self.public()
+            if pred(pub):
+                return pub
+            assert time.time() < deadline, f"running verifier never showed {what}: {pub}"
+            time.sleep(0.05)
+
+    def stderr(self) -> str:
+        self.log.seek(0)
+        return self.log.read()
+
+    def close(self):
+        self.p.kill()
+        self.p.wait()
+        self.log.close()
+
+
+def test_running_verifier_follows_rotation_steps_without_a_restart(tmp_path):
+    key = tmp_path / "k.json"
+    old = json.loads(ev("keygen", "--out", str(key)).stdout)
+    v = VerifierProc(tmp_path, key, "--ttl", "1")
+    try:
+        assert v.public()["fingerprint"] == old["fingerprint"]
+        first = v.issue("before")
+        assert "cosignature" not in first
+
+        # Announce beside the running verifier: it starts dual-signing, and its manifest
+        # names the incoming key, without a restart.
+        a = out("rotate", "announce", "--key", str(key), "--ttl", "1")
+        new = a["next"]
+        v.until(lambda p: "next_signing_key" in p["manifest"], "the announced key")
+        during = v.issue("during")
+        assert during["cosignature"]["signing_key_fingerprint"] == new["fingerprint"]
+        assert during["sequence"] > first["sequence"]  # the sequence never goes back
+
+        # Cutover: the running verifier signs with the new key alone.
+        wait_until(a["cutover_not_before"])
+        out("rotate", "cutover", "--key", str(key))
+        v.until(lambda p: p["fingerprint"] == new["fingerprint"], "the new key")
+        after = v.issue("after")
+        assert "cosignature" not in after and after["sequence"] > during["sequence"]
+        only_new, only_old = trust_with(tmp_path, "new", new), trust_with(tmp_path, "old", old)
+        r = write(tmp_path / "after.json", after)
+        assert verify(tmp_path, r, *only_new).returncode == 0
+        assert verify(tmp_path, r, *only_old).returncode == 1
+
+        # A key file that does not load keeps the current key serving (and says so). The
+        # file is looked at on use, at most every 250 ms.
+        key.write_text("{not json")
+        deadline = time.time() + 10
+        while "was not loaded" not in v.stderr():
+            assert time.time() < deadline, v.stderr()
+            assert v.public()["fingerprint"] == new["fingerprint"]
+            time.sleep(0.05)
+        assert v.issue("still")["sequence"] > after["sequence"]
+    finally:
+        v.close()

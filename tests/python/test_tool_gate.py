@@ -61,14 +61,28 @@ def test_gate_is_fail_closed_on_bad_intake(client, group):
 def test_gate_dual_signs_after_a_rotation_is_announced_on_its_key(client, group, daemon, tmp_path):
     key = daemon.home / "evidence" / "key.json"
     old = json.loads(key.read_text())
+    gate = lambda trace: client.call("tool_gate", {"group_id": group, "intake": intake(
+        "http_get", {"url": "https://example.com/r"}, trace)})
+    first = gate("t-0")["receipt"]
+    assert "cosignature" not in first
     a = subprocess.run([convene_bin(), "evidence", "rotate", "announce", "--key", str(key), "--ttl", "60"],
                        capture_output=True, text=True)
     assert a.returncode == 0, a.stdout + a.stderr
     new = json.loads(a.stdout)["next"]
-    # The daemon reads the key file at start: after a restart every receipt is dual-signed.
+    # The running daemon follows its key file: a later tool call is dual-signed, and its
+    # sequence continues.
+    deadline = time.time() + 10
+    n = 0
+    while "cosignature" not in (rc := gate(f"t-{n}")["receipt"]):
+        assert time.time() < deadline, "the running daemon never picked up the announced key"
+        n += 1
+        time.sleep(0.1)
+    assert rc["cosignature"]["signing_key_fingerprint"] == new["fingerprint"]
+    assert rc["sequence"] > first["sequence"]
+    # And after a restart (the key file is read at start) too.
     daemon.stop()
     daemon.start()
-    ok = client.call("tool_gate", {"group_id": group, "intake": intake("http_get", {"url": "https://example.com/r"}, "t-r")})
+    ok = gate("t-r")
     assert ok["permitted"] is True
     rc = ok["receipt"]
     assert rc["cosignature"]["signing_key_fingerprint"] == new["fingerprint"]

@@ -5,13 +5,14 @@
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
-use std::sync::OnceLock;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 
 use convene_core::{CoreError, ErrorCode};
 use convene_evidence::hook::{self, ToolGate};
 use convene_evidence::issuer::{Verifier, VerifierSettings};
 use convene_evidence::keys::{KeyFile, KeyMaterial};
+use convene_evidence::live::{file_version, FileVersion, LiveVerifier};
 use convene_evidence::store::EvidenceStore;
 
 /// What the verifier is built from: the signing key, the incoming key of a rotation in its
@@ -20,74 +21,116 @@ struct Parts {
     keys: KeyMaterial,
     next: Option<(KeyMaterial, f64)>,
     store: EvidenceStore,
+    /// The key file version these were read from.
+    version: Option<FileVersion>,
 }
 
 /// The gate. The key and the receipt store are opened at start (a bad key file or store stops
-/// the daemon, and the key state is the one at start); the verifier itself (rules, canonical
-/// configuration) is built at the first tool call, so an idle daemon does not hold it
-/// (~0.4 MB resident; docs/BENCHMARKS.md, idle RSS).
+/// the daemon); the verifier itself (rules, canonical configuration) is built at the first
+/// tool call, so an idle daemon does not hold it (~0.4 MB resident; docs/BENCHMARKS.md, idle
+/// RSS). From then on it follows the key file: a rotation step (`convene evidence rotate
+/// ... --key <home>/evidence/key.json`) takes effect at the next tool call after it.
 pub struct Gate {
+    dir: PathBuf,
     parts: parking_lot::Mutex<Option<Parts>>,
-    verifier: OnceLock<Result<Verifier, CoreError>>,
+    verifier: OnceLock<Result<LiveVerifier, CoreError>>,
 }
 
 impl Gate {
-    /// The verifier, built on first use. A failure is kept: every later call is refused too
-    /// (fail-closed until a restart), as if the daemon had not started.
-    pub fn verifier(&self) -> Result<&Verifier, CoreError> {
+    /// The verifier for this call, built on first use. A failure of that first build is kept:
+    /// every later call is refused too (fail-closed until a restart), as if the daemon had
+    /// not started.
+    pub fn verifier(&self) -> Result<Arc<Verifier>, CoreError> {
         self.verifier
             .get_or_init(|| {
                 let parts = self.parts.lock().take().ok_or_else(|| {
                     CoreError::new(ErrorCode::Internal, "evidence verifier: no key material")
                 })?;
-                build(parts)
+                let version = parts.version;
+                let v = build(parts)?;
+                let dir = self.dir.clone();
+                let rebuild = move || match read_parts(&dir).and_then(build) {
+                    Ok(v) => {
+                        tracing::info!(
+                            fingerprint = %v.keys().fingerprint(),
+                            dual_sign = v.next_keys().is_some(),
+                            "evidence: key file changed; the tool gate follows it"
+                        );
+                        Some(v)
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e.message, "evidence: key file changed but was not loaded; the current key keeps signing");
+                        None
+                    }
+                };
+                Ok(LiveVerifier::watching_since(
+                    v,
+                    &self.dir.join(KEY_FILE),
+                    version,
+                    Box::new(rebuild),
+                ))
             })
             .as_ref()
+            .map(LiveVerifier::get)
             .map_err(Clone::clone)
     }
 }
 
+const KEY_FILE: &str = "key.json";
+
+fn fail(what: &str, e: &dyn std::fmt::Display) -> CoreError {
+    CoreError::new(ErrorCode::Internal, format!("evidence {what}: {e}"))
+}
+
+/// Reads the key file (a rotation in progress lives in it: during its dual-sign phase the
+/// gate cosigns with the incoming key) and opens the receipt store.
+fn read_parts(dir: &Path) -> Result<Parts, CoreError> {
+    let key_path = dir.join(KEY_FILE);
+    let version = file_version(&key_path);
+    let text = std::fs::read_to_string(&key_path).map_err(|e| fail("key file", &e))?;
+    let f: KeyFile = serde_json::from_str(&text).map_err(|e| fail("key file", &e))?;
+    let (keys, next) =
+        convene_evidence::rotation::signing_keys(&f).map_err(|e| fail("key file", &e))?;
+    let store = EvidenceStore::open(&dir.join("receipts.sqlite")).map_err(|e| fail("store", &e))?;
+    Ok(Parts {
+        keys,
+        next,
+        store,
+        version,
+    })
+}
+
 /// Opens (creating at first start) the signing key and the receipt store.
 pub fn open(dir: &Path) -> Result<Gate, CoreError> {
-    let fail = |what: &str, e: &dyn std::fmt::Display| {
-        CoreError::new(ErrorCode::Internal, format!("evidence {what}: {e}"))
-    };
     std::fs::create_dir_all(dir).map_err(|e| fail("dir", &e))?;
-    let key_path = dir.join("key.json");
-    // A rotation in progress (`convene evidence rotate`) lives in the key file: during its
-    // dual-sign phase the gate cosigns with the incoming key.
-    let (keys, next) = match std::fs::read_to_string(&key_path) {
-        Ok(text) => {
-            let f: KeyFile = serde_json::from_str(&text).map_err(|e| fail("key file", &e))?;
-            convene_evidence::rotation::signing_keys(&f).map_err(|e| fail("key file", &e))?
-        }
-        Err(_) => {
-            let k = KeyMaterial::generate(None);
-            let body = serde_json::to_vec_pretty(&k.to_file()).map_err(|e| fail("key file", &e))?;
-            // The private key is owner-only from the moment it exists.
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&key_path)
-                .map_err(|e| fail("key file", &e))?;
-            f.write_all(&body)
-                .and_then(|_| f.sync_all())
-                .map_err(|e| fail("key file", &e))?;
-            (k, None)
-        }
-    };
-    let store = EvidenceStore::open(&dir.join("receipts.sqlite")).map_err(|e| fail("store", &e))?;
+    let key_path = dir.join(KEY_FILE);
+    if !key_path.exists() {
+        let k = KeyMaterial::generate(None);
+        let body = serde_json::to_vec_pretty(&k.to_file()).map_err(|e| fail("key file", &e))?;
+        // The private key is owner-only from the moment it exists.
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&key_path)
+            .map_err(|e| fail("key file", &e))?;
+        f.write_all(&body)
+            .and_then(|_| f.sync_all())
+            .map_err(|e| fail("key file", &e))?;
+    }
+    let parts = read_parts(dir)?;
     Ok(Gate {
-        parts: parking_lot::Mutex::new(Some(Parts { keys, next, store })),
+        dir: dir.to_path_buf(),
+        parts: parking_lot::Mutex::new(Some(parts)),
         verifier: OnceLock::new(),
     })
 }
 
-fn build(Parts { keys, next, store }: Parts) -> Result<Verifier, CoreError> {
-    let fail = |what: &str, e: &dyn std::fmt::Display| {
-        CoreError::new(ErrorCode::Internal, format!("evidence {what}: {e}"))
-    };
+fn build(
+    Parts {
+        keys, next, store, ..
+    }: Parts,
+) -> Result<Verifier, CoreError> {
     Verifier::new(
         VerifierSettings::default(),
         keys,

@@ -9,6 +9,7 @@ use crate::enforce::{report_json, Enforcer, Expected, ReplayCache};
 use crate::error::EvidenceError;
 use crate::issuer::{now_unix, Verifier, VerifierSettings};
 use crate::keys::{full_fingerprint_of, KeyFile, KeyMaterial, TrustStore};
+use crate::live::LiveVerifier;
 use crate::receipt::{Receipt, Verdict};
 use crate::rotation::{self, Rotation};
 use crate::rules::{builtin, Rule};
@@ -107,6 +108,16 @@ enum Fail {
     Usage(String),
     Code(i32, Value),
     Internal(String),
+}
+
+impl Fail {
+    /// One line for a log.
+    fn describe(&self) -> String {
+        match self {
+            Fail::Usage(m) | Fail::Internal(m) => m.clone(),
+            Fail::Code(_, v) => v.to_string(),
+        }
+    }
 }
 
 impl From<EvidenceError> for Fail {
@@ -691,8 +702,28 @@ fn verifier(a: &[String]) -> Result<i32, Fail> {
         ),
         None => None,
     };
+    // A rotation step on the key file takes effect while serving (crate::live).
+    let key = PathBuf::from(args.req("key")?);
+    let rebuild = move || match build_verifier(&args, DeploymentMode::OutOfProcess) {
+        Ok(v) => {
+            let phase = v.next_keys().map_or("single key", |_| "dual-sign");
+            eprintln!(
+                "verifier: key file changed; signing with {} ({phase})",
+                v.keys().fingerprint()
+            );
+            Some(v)
+        }
+        Err(e) => {
+            eprintln!(
+                "verifier: key file changed but was not loaded: {}",
+                e.describe()
+            );
+            None
+        }
+    };
+    let live = Arc::new(LiveVerifier::watching(v, &key, Box::new(rebuild)));
     eprintln!("verifier listening on {}", socket.display());
-    server::serve(Arc::new(v), &socket, max)?;
+    server::serve(live, &socket, max)?;
     // Give in-flight connections a moment before the process exits.
     std::thread::sleep(Duration::from_millis(50));
     Ok(EXIT_OK)

@@ -345,6 +345,26 @@ impl Verifier {
         Ok(self)
     }
 
+    /// Carry the running state of `old` into this verifier, rebuilt from a changed key
+    /// file (a rotation step): the sequence never goes back, and open challenges and
+    /// indeterminate outcomes stay open.
+    pub fn continue_from(self, old: &Verifier) -> Self {
+        let seq = old.sequence.load(Ordering::SeqCst);
+        self.sequence.fetch_max(seq, Ordering::SeqCst);
+        let copy = |m: &Mutex<HashMap<String, String>>| m.lock().map(|g| g.clone()).ok();
+        if let Some(open) = copy(&old.open_indeterminate) {
+            if let Ok(mut mine) = self.open_indeterminate.lock() {
+                mine.extend(open);
+            }
+        }
+        if let Ok(open) = old.open_challenges.lock() {
+            if let Ok(mut mine) = self.open_challenges.lock() {
+                mine.extend(open.iter().map(|(k, v)| (k.clone(), *v)));
+            }
+        }
+        self
+    }
+
     /// Replace the clock (tests, replaying vectors).
     pub fn with_clock(mut self, clock: Arc<dyn Fn() -> f64 + Send + Sync>) -> Self {
         self.clock = clock;

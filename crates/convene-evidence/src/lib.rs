@@ -16,6 +16,7 @@ pub mod issuer;
 pub mod jcs;
 pub mod keys;
 pub mod l1;
+pub mod live;
 pub mod receipt;
 pub mod rotation;
 pub mod rules;

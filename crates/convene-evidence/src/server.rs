@@ -4,6 +4,7 @@ use crate::error::{EvidenceError, IntakeError};
 use crate::hook::ToolGate;
 use crate::intake;
 use crate::issuer::{IssuedReceipt, Verifier};
+use crate::live::LiveVerifier;
 use crate::receipt::Receipt;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -64,7 +65,7 @@ pub fn handle(v: &Verifier, req: &Value) -> Value {
     }
 }
 
-fn serve_conn(v: &Verifier, stream: UnixStream) -> std::io::Result<()> {
+fn serve_conn(v: &LiveVerifier, stream: UnixStream) -> std::io::Result<()> {
     stream.set_read_timeout(Some(Duration::from_secs(30)))?;
     let mut w = stream.try_clone()?;
     let mut reader = BufReader::new(stream);
@@ -75,7 +76,7 @@ fn serve_conn(v: &Verifier, stream: UnixStream) -> std::io::Result<()> {
             return Ok(());
         }
         let resp = match serde_json::from_str::<Value>(&line) {
-            Ok(req) => handle(v, &req),
+            Ok(req) => handle(&v.get(), &req),
             Err(_) => json!({"ok": false, "error": {"error_code": "INTAKE_MALFORMED",
                 "error_message": "request is not valid JSON", "retry_after": null, "trace_id": null}}),
         };
@@ -87,7 +88,7 @@ fn serve_conn(v: &Verifier, stream: UnixStream) -> std::io::Result<()> {
 
 /// Serve forever (or for `max_conns` connections) on a Unix socket.
 pub fn serve(
-    v: Arc<Verifier>,
+    v: Arc<LiveVerifier>,
     socket: &Path,
     max_conns: Option<usize>,
 ) -> Result<(), EvidenceError> {
@@ -251,9 +252,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let sock = dir.path().join("v.sock");
         let keys = KeyMaterial::generate(None);
-        let v = Arc::new(
+        let v = Arc::new(crate::live::LiveVerifier::new(
             Verifier::new(VerifierSettings::default(), keys.clone(), default_rules()).unwrap(),
-        );
+        ));
         let s2 = sock.clone();
         let h = std::thread::spawn(move || serve(v, &s2, Some(3)));
         for _ in 0..100 {
