@@ -54,6 +54,11 @@ enum Cmd {
         cowchat_ws: Option<String>,
         #[command(flatten)]
         cowchat: CowchatLimits,
+        /// Cowchat webhook delivery attempts in flight at once, across all subscriptions
+        /// (each subscription still delivers one message at a time, in order).
+        #[arg(long, default_value_t = 16,
+              value_parser = clap::value_parser!(u16).range(1..=4096))]
+        cowchat_webhook_concurrency: u16,
         /// TEST ONLY: let Cowchat webhooks reach loopback and private addresses (disables
         /// the SSRF guard). Never use on a daemon reachable by untrusted clients.
         #[arg(long)]
@@ -184,6 +189,7 @@ fn main() -> Result<()> {
             no_cowchat_tcp,
             cowchat_ws,
             cowchat: l,
+            cowchat_webhook_concurrency,
             cowchat_webhooks_allow_local,
             cowchat_webhooks_retry_unit_ms,
             cowchat_webhooks_ca_file,
@@ -207,6 +213,7 @@ fn main() -> Result<()> {
             }
             cfg.cowchat_ws = cowchat_ws;
             cfg.cowchat_webhooks.allow_local = cowchat_webhooks_allow_local;
+            cfg.cowchat_webhooks.concurrency = cowchat_webhook_concurrency.into();
             cfg.cowchat_webhooks.extra_ca = cowchat_webhooks_ca_file;
             if let Some(ms) = cowchat_webhooks_timeout_ms {
                 cfg.cowchat_webhooks.timeout = Duration::from_millis(ms.max(1));
