@@ -57,19 +57,30 @@ class Cow(CC):
 class Receiver:
     """A local HTTP server recording every POST; `fail` > 0 answers that many with 500,
     `fail = -1` answers all with 500; `/redirect…` answers 302 to `/hook`; the next `slow`
-    requests hang for 3 s and then answer 204 (recorded as status "slow")."""
+    requests hang for 3 s and then answer 204 (recorded as status "slow"). While `gate` is
+    clear, requests wait (unanswered) until it is set; `inflight` counts requests received and
+    not yet answered, `max_inflight` its peak."""
 
     def __init__(self, tls: ssl.SSLContext | None = None):
         self.scheme = "https" if tls else "http"
         self.hits: list[dict] = []
         self.fail = 0
         self.slow = 0
+        self.inflight = 0
+        self.max_inflight = 0
+        self.gate = threading.Event()
+        self.gate.set()
         self.cv = threading.Condition()
         outer = self
 
         class H(BaseHTTPRequestHandler):
             def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("content-length", "0")))
+                with outer.cv:
+                    outer.inflight += 1
+                    outer.max_inflight = max(outer.max_inflight, outer.inflight)
+                    outer.cv.notify_all()
+                outer.gate.wait(30)
                 with outer.cv:
                     failing = outer.fail != 0
                     if outer.fail > 0:
@@ -81,6 +92,11 @@ class Receiver:
                     outer.cv.notify_all()
                 if slow:
                     time.sleep(3)
+                # Counted out before the answer: the daemon may start its next attempt as soon
+                # as it reads the status line.
+                with outer.cv:
+                    outer.inflight -= 1
+                    outer.cv.notify_all()
                 self.send_response(status)
                 if status == 302:
                     self.send_header("location", outer.url("/hook"))
@@ -449,3 +465,32 @@ def test_destroying_the_room_removes_its_subscriptions(hooked, rx):
     while c.ok("list_subscriptions")["subscriptions"]:
         assert time.time() < deadline, "subscription outlived its room"
         time.sleep(0.05)
+
+
+@pytest.mark.parametrize("cap", [2, None])
+def test_global_concurrency_cap_bounds_in_flight_posts_and_keeps_each_order(home, rx, cap):
+    subs, per = 5, 4
+    d = start(home, flags() + (["--cowchat-webhook-concurrency", str(cap)] if cap else []))
+    try:
+        c, room = setup_room(home)
+        sent = [c.post(room, f"m{i}")["seq"] for i in range(per)]
+        # Every request waits at the receiver until the gate opens, so attempts pile up.
+        rx.gate.clear()
+        for i in range(subs):
+            subscribe(c, room, rx.url(f"/s{i}"), since_seq=0)
+        # One attempt per subscription at a time, and never more than the cap overall
+        # (the default cap, 16, is above the number of subscriptions).
+        expected = min(cap or 16, subs)
+        rx.wait(lambda: rx.inflight >= expected)
+        with pytest.raises(TimeoutError):
+            rx.wait(lambda: rx.inflight > expected, timeout=1.0)
+        rx.gate.set()
+        rx.wait_delivered(subs * per)
+        assert rx.max_inflight == expected
+        for i in range(subs):
+            got = [b["message"]["seq"] for b in rx.delivered(f"/s{i}")]
+            assert got == sent, i
+        assert all(h["status"] == 204 for h in rx.hits)
+    finally:
+        rx.gate.set()
+        d.stop()

@@ -1,5 +1,6 @@
 //! `convene`: run the daemon (`convene serve`) or talk to it.
 
+mod auth_cmds;
 mod client_cmds;
 mod ledger_io;
 
@@ -53,6 +54,11 @@ enum Cmd {
         cowchat_ws: Option<String>,
         #[command(flatten)]
         cowchat: CowchatLimits,
+        /// Cowchat webhook delivery attempts in flight at once, across all subscriptions
+        /// (each subscription still delivers one message at a time, in order).
+        #[arg(long, default_value_t = 16,
+              value_parser = clap::value_parser!(u16).range(1..=4096))]
+        cowchat_webhook_concurrency: u16,
         /// TEST ONLY: let Cowchat webhooks reach loopback and private addresses (disables
         /// the SSRF guard). Never use on a daemon reachable by untrusted clients.
         #[arg(long)]
@@ -70,7 +76,7 @@ enum Cmd {
     },
     /// API keys: the daemon key and extra per-principal keys (Cowchat visibility and limits).
     #[command(subcommand)]
-    Auth(AuthCmd),
+    Auth(auth_cmds::AuthCmd),
     /// Daemon status.
     Status,
     /// Groups.
@@ -108,7 +114,8 @@ enum Cmd {
     },
 }
 
-/// Per-key limits of the Cowchat face.
+/// Per-key limits of the Cowchat face: the defaults of every key (`convene auth set-limits`
+/// gives one key its own).
 #[derive(clap::Args)]
 struct CowchatLimits {
     /// Agents one API key may have connected at once.
@@ -118,52 +125,22 @@ struct CowchatLimits {
     #[arg(long, default_value_t = 1000)]
     cowchat_rooms_per_key: usize,
     /// Sustained messages per second per API key.
-    #[arg(long, default_value_t = 20_000)]
+    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u32).range(1..))]
     cowchat_messages_per_sec: u32,
     /// Message burst per API key.
-    #[arg(long, default_value_t = 40_000)]
+    #[arg(long, default_value_t = 40_000, value_parser = clap::value_parser!(u32).range(1..))]
     cowchat_message_burst: u32,
+    /// Largest message `content` in bytes (at most 262144, the protocol's hard bound).
+    #[arg(long, default_value_t = convene_cowchat::MAX_CONTENT_BYTES,
+          value_parser = auth_cmds::content_bytes)]
+    cowchat_max_content_bytes: usize,
+    /// Largest serialized message `metadata` in bytes (at most 16384, the hard bound).
+    #[arg(long, default_value_t = convene_cowchat::MAX_METADATA_BYTES,
+          value_parser = auth_cmds::metadata_bytes)]
+    cowchat_max_metadata_bytes: usize,
     /// Seconds a disconnected agent keeps its rooms and replay cursors (spec: 120).
     #[arg(long, default_value_t = 120)]
     cowchat_reconnect_secs: u64,
-}
-
-/// `convene auth …`.
-#[derive(Subcommand)]
-enum AuthCmd {
-    /// Print the daemon key (principal `primary`).
-    ShowKey,
-    /// Replace the daemon key; clients must reconnect with the new one.
-    RotateKey,
-    /// Create an extra key for principal NAME and print it.
-    AddKey {
-        /// Principal name (1-64 of A-Z a-z 0-9 - _ .).
-        name: String,
-    },
-    /// List the extra keys' principals.
-    ListKeys,
-    /// Remove an extra key.
-    RemoveKey {
-        /// Principal name.
-        name: String,
-    },
-}
-
-fn auth(home: &std::path::Path, c: AuthCmd) -> Result<()> {
-    use convene_daemon::home as h;
-    match c {
-        AuthCmd::ShowKey => println!("{}", std::fs::read_to_string(home.join("auth.key"))?.trim()),
-        AuthCmd::RotateKey => println!("{}", h::rotate_key(home)?),
-        AuthCmd::AddKey { name } => println!("{}", h::add_key(home, &name)?),
-        AuthCmd::ListKeys => {
-            println!("primary");
-            for n in h::key_names(home) {
-                println!("{n}");
-            }
-        }
-        AuthCmd::RemoveKey { name } => h::remove_key(home, &name)?,
-    }
-    Ok(())
 }
 
 fn default_home() -> PathBuf {
@@ -212,6 +189,7 @@ fn main() -> Result<()> {
             no_cowchat_tcp,
             cowchat_ws,
             cowchat: l,
+            cowchat_webhook_concurrency,
             cowchat_webhooks_allow_local,
             cowchat_webhooks_retry_unit_ms,
             cowchat_webhooks_ca_file,
@@ -223,6 +201,8 @@ fn main() -> Result<()> {
                 rooms_per_key: l.cowchat_rooms_per_key,
                 messages_per_sec: l.cowchat_messages_per_sec,
                 message_burst: l.cowchat_message_burst,
+                max_content_bytes: l.cowchat_max_content_bytes,
+                max_metadata_bytes: l.cowchat_max_metadata_bytes,
             };
             cfg.cowchat_reconnect = Duration::from_secs(l.cowchat_reconnect_secs);
             cfg.tcp = tcp;
@@ -233,6 +213,7 @@ fn main() -> Result<()> {
             }
             cfg.cowchat_ws = cowchat_ws;
             cfg.cowchat_webhooks.allow_local = cowchat_webhooks_allow_local;
+            cfg.cowchat_webhooks.concurrency = cowchat_webhook_concurrency.into();
             cfg.cowchat_webhooks.extra_ca = cowchat_webhooks_ca_file;
             if let Some(ms) = cowchat_webhooks_timeout_ms {
                 cfg.cowchat_webhooks.timeout = Duration::from_millis(ms.max(1));
@@ -256,7 +237,7 @@ fn main() -> Result<()> {
             Ok(())
         }
         Cmd::Ledger(c) => ledger_io::run(&home, cli.json, c),
-        Cmd::Auth(c) => auth(&home, c),
+        Cmd::Auth(c) => auth_cmds::run(&home, cli.json, c),
         Cmd::Evidence { args } => std::process::exit(convene_evidence::cli::run(
             [vec!["evidence".to_string()], args].concat(),
         )),

@@ -15,9 +15,11 @@ pub const PROTOCOL_VERSION: u64 = 2;
 /// Largest inbound frame, newline excluded; a longer line is skipped and answered with
 /// `frame_too_large`.
 pub const MAX_FRAME_BYTES: usize = 1 << 20;
-/// Largest `content` of one message, in bytes.
+/// Largest `content` of one message, in bytes: the hard bound (a server may set a lower
+/// limit, see [`SizeLimits`]).
 pub const MAX_CONTENT_BYTES: usize = 256 * 1024;
-/// Largest serialized `metadata` object of one message, in bytes.
+/// Largest serialized `metadata` object of one message, in bytes: the hard bound (a server
+/// may set a lower limit, see [`SizeLimits`]).
 pub const MAX_METADATA_BYTES: usize = 16 * 1024;
 /// Most `mentions` on one message.
 pub const MAX_MENTIONS: usize = 64;

@@ -142,24 +142,42 @@ pub struct RoomRef {
 /// `join_room` takes a [`RoomRef`].
 pub type JoinRoom = RoomRef;
 
-fn check_content(content: &str) -> Result<(), WireError> {
-    if content.len() > MAX_CONTENT_BYTES {
-        return Err(WireError::payload(format!(
-            "content exceeds {MAX_CONTENT_BYTES} bytes"
-        )));
+/// Per-message size limits a server applies (its own policy, e.g. per API key). Each is
+/// capped at the matching hard bound ([`MAX_CONTENT_BYTES`], [`MAX_METADATA_BYTES`]);
+/// `Default` is the hard bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SizeLimits {
+    /// Largest `content`, in bytes.
+    pub content_bytes: usize,
+    /// Largest serialized `metadata` object, in bytes.
+    pub metadata_bytes: usize,
+}
+
+impl Default for SizeLimits {
+    fn default() -> Self {
+        Self {
+            content_bytes: MAX_CONTENT_BYTES,
+            metadata_bytes: MAX_METADATA_BYTES,
+        }
+    }
+}
+
+fn check_content(content: &str, l: &SizeLimits) -> Result<(), WireError> {
+    let max = l.content_bytes.min(MAX_CONTENT_BYTES);
+    if content.len() > max {
+        return Err(WireError::payload(format!("content exceeds {max} bytes")));
     }
     Ok(())
 }
 
-fn check_metadata(md: Option<&Map<String, Value>>) -> Result<(), WireError> {
+fn check_metadata(md: Option<&Map<String, Value>>, l: &SizeLimits) -> Result<(), WireError> {
     if let Some(md) = md {
+        let max = l.metadata_bytes.min(MAX_METADATA_BYTES);
         let n = serde_json::to_vec(md)
             .map(|v| v.len())
             .unwrap_or(usize::MAX);
-        if n > MAX_METADATA_BYTES {
-            return Err(WireError::payload(format!(
-                "metadata exceeds {MAX_METADATA_BYTES} bytes"
-            )));
+        if n > max {
+            return Err(WireError::payload(format!("metadata exceeds {max} bytes")));
         }
     }
     Ok(())
@@ -184,9 +202,14 @@ pub struct SendMessage {
 }
 
 impl SendMessage {
-    /// Checks sizes and counts.
+    /// Checks sizes (against the hard bounds) and counts.
     pub fn validate(&self) -> Result<(), WireError> {
-        check_content(&self.content)?;
+        self.validate_with(&SizeLimits::default())
+    }
+
+    /// Checks sizes against `l` (never above the hard bounds) and counts.
+    pub fn validate_with(&self, l: &SizeLimits) -> Result<(), WireError> {
+        check_content(&self.content, l)?;
         let m = self.mentions.as_deref().unwrap_or_default();
         if m.len() > MAX_MENTIONS {
             return Err(WireError::payload(format!(
@@ -196,7 +219,7 @@ impl SendMessage {
         if m.iter().any(|a| !valid_agent_id(a)) {
             return Err(WireError::payload("mentions must be agent ids"));
         }
-        check_metadata(self.metadata.as_ref())
+        check_metadata(self.metadata.as_ref(), l)
     }
 }
 
@@ -213,10 +236,15 @@ pub struct RoomContent {
 }
 
 impl RoomContent {
-    /// Checks sizes.
+    /// Checks sizes against the hard bounds.
     pub fn validate(&self) -> Result<(), WireError> {
-        check_content(&self.content)?;
-        check_metadata(self.metadata.as_ref())
+        self.validate_with(&SizeLimits::default())
+    }
+
+    /// Checks sizes against `l` (never above the hard bounds).
+    pub fn validate_with(&self, l: &SizeLimits) -> Result<(), WireError> {
+        check_content(&self.content, l)?;
+        check_metadata(self.metadata.as_ref(), l)
     }
 }
 
@@ -527,5 +555,44 @@ mod tests {
         ))
         .unwrap();
         m.validate().unwrap();
+    }
+
+    #[test]
+    fn lower_size_limits_apply_and_never_exceed_the_hard_bounds() {
+        let l = SizeLimits {
+            content_bytes: 4,
+            metadata_bytes: 9,
+        };
+        let m: SendMessage = parse(obj(json!({"room_id": "r", "content": "abcd"}))).unwrap();
+        m.validate_with(&l).unwrap();
+        let m: SendMessage = parse(obj(json!({"room_id": "r", "content": "abcde"}))).unwrap();
+        let e = m.validate_with(&l).unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidPayload);
+        assert_eq!(e.message, "content exceeds 4 bytes");
+        // {"k":12} is 8 bytes, {"k":123} is 9, {"k":1234} is 10.
+        let c: RoomContent = parse(obj(
+            json!({"room_id": "r", "content": "", "metadata": {"k": 123}}),
+        ))
+        .unwrap();
+        c.validate_with(&l).unwrap();
+        let c: RoomContent = parse(obj(
+            json!({"room_id": "r", "content": "", "metadata": {"k": 1234}}),
+        ))
+        .unwrap();
+        assert_eq!(
+            c.validate_with(&l).unwrap_err().message,
+            "metadata exceeds 9 bytes"
+        );
+        // A limit above the hard bound is the hard bound.
+        let huge = SizeLimits {
+            content_bytes: usize::MAX,
+            metadata_bytes: usize::MAX,
+        };
+        let big = "x".repeat(MAX_CONTENT_BYTES + 1);
+        let m: SendMessage = parse(obj(json!({"room_id": "r", "content": big}))).unwrap();
+        assert_eq!(
+            m.validate_with(&huge).unwrap_err().message,
+            format!("content exceeds {MAX_CONTENT_BYTES} bytes")
+        );
     }
 }

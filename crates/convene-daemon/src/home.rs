@@ -138,17 +138,22 @@ pub fn rotate_key(root: &Path) -> Result<String, HomeError> {
     Ok(key)
 }
 
-/// Creates an extra API key for principal `name` (`keys.d/<name>.key`); returns it.
-pub fn add_key(root: &Path, name: &str) -> Result<String, HomeError> {
-    let dir = root.join("keys.d");
-    let valid = !name.is_empty()
+/// True for a name an extra key may have: 1-64 of `A-Z a-z 0-9 - _ .`, not `primary` (the
+/// daemon key's principal), and no path separator, so it is always one file in `keys.d`.
+pub fn valid_key_name(name: &str) -> bool {
+    !name.is_empty()
         && name.len() <= 64
         && name != "primary"
         && name
             .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// Creates an extra API key for principal `name` (`keys.d/<name>.key`); returns it.
+pub fn add_key(root: &Path, name: &str) -> Result<String, HomeError> {
+    let dir = root.join("keys.d");
     let p = dir.join(format!("{name}.key"));
-    if !valid {
+    if !valid_key_name(name) {
         return Err(HomeError::Io(
             p,
             std::io::Error::new(
@@ -178,8 +183,21 @@ pub fn key_names(root: &Path) -> Vec<String> {
     v
 }
 
-/// Removes an extra API key.
+/// Removes an extra API key, and its own Cowchat limits (a later key of the same name
+/// starts from the defaults).
 pub fn remove_key(root: &Path, name: &str) -> Result<(), HomeError> {
     let p = root.join("keys.d").join(format!("{name}.key"));
-    std::fs::remove_file(&p).map_err(|e| HomeError::Io(p, e))
+    if !valid_key_name(name) {
+        return Err(HomeError::Io(
+            p,
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a key name"),
+        ));
+    }
+    std::fs::remove_file(&p).map_err(|e| HomeError::Io(p, e))?;
+    let l = root.join("keys.d").join(format!("{name}.limits.json"));
+    match std::fs::remove_file(&l) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(HomeError::Io(l, e)),
+    }
 }

@@ -97,6 +97,9 @@ pub enum DaemonError {
     /// The Cowchat webhook store could not be opened.
     #[error(transparent)]
     Webhooks(#[from] cowchat::webhooks::HookError),
+    /// A Cowchat default limit is out of range.
+    #[error("cowchat limits: {0}")]
+    CowchatLimits(#[from] cowchat::limits::LimitsError),
 }
 
 /// Shared state every face uses.
@@ -151,6 +154,7 @@ pub struct Running {
 
 /// Starts the daemon: lock the home, open the ledger (settling stale claims first), bind.
 pub async fn start(cfg: Config) -> Result<Running, DaemonError> {
+    cfg.cowchat_limits.check()?;
     let home = Home::open(&cfg.home)?;
     let api_key = home.api_key()?;
     let (ledger, commits) = Ledger::open(&home.db(), cfg.limits.clone())?;

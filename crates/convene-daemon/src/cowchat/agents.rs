@@ -10,7 +10,7 @@ use sha2::{Digest, Sha256};
 use super::conn::{After, Agent, Session};
 use super::live;
 use super::rooms::{self, is_room};
-use super::{keys, Face};
+use super::{keys, limits, Face};
 use convene_cowchat::ErrorCode;
 
 /// A server-assigned agent id: the name's safe characters plus 10 hex digits of a hash of
@@ -54,6 +54,14 @@ pub(super) async fn register(
     let r: Register = parse(payload)?;
     r.validate()?;
     let principal = keys::principal(&s.face.cfg.home, r.key.as_deref(), s.trust)?;
+    let limits = limits::effective(&s.face.cfg.home, &principal, &s.face.cfg.limits).map_err(|e| {
+        // Fail closed: the defaults may be far looser than what the operator meant.
+        tracing::warn!(principal = %principal, error = %e, "cowchat: invalid limits file; register refused");
+        WireError::new(
+            ErrorCode::Internal,
+            "the limits configured for this API key are invalid; ask the operator to fix them (convene auth show-limits)",
+        )
+    })?;
     let name = r
         .name
         .map(|n| n.trim().to_string())
@@ -74,7 +82,7 @@ pub(super) async fn register(
             &principal,
             r.capabilities.unwrap_or_default(),
             s.out.clone(),
-            &s.face.cfg.limits,
+            &limits,
         )?;
         let mut cursors = live.come_back(&id, s.face.cfg.reconnect_window);
         for (room, at) in open {
@@ -103,6 +111,7 @@ pub(super) async fn register(
         "server_version": env!("CARGO_PKG_VERSION"),
         "heartbeat_ms": s.face.d.heartbeat.as_millis() as u64,
         "max_frame_bytes": convene_cowchat::MAX_FRAME_BYTES,
+        "limits": limits.to_json(),
         "rooms": rooms,
         "replayed": !cursors.is_empty(),
     }))

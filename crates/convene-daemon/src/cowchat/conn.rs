@@ -204,6 +204,14 @@ impl Session {
         self.out.cursors.lock().remove(room_id);
     }
 
+    /// The limits of this connection's key (as read at the key's latest `register`).
+    pub(super) fn limits(&self) -> super::Limits {
+        self.face
+            .live
+            .lock()
+            .limits_of(&self.principal, &self.face.cfg.limits)
+    }
+
     /// The registered agent's id ("" before `register`).
     pub(super) fn me(&self) -> &str {
         self.agent

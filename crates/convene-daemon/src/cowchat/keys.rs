@@ -1,4 +1,4 @@
-//! API-key principals and their limits.
+//! API-key principals (their limits are in [`super::limits`]).
 //!
 //! The daemon key (`<home>/auth.key`) is the principal `primary`; more keys live one per
 //! file in `<home>/keys.d/<principal>.key` (mode 0600, made by `convene auth add-key`).
@@ -7,7 +7,6 @@
 //! principal, and only on the Unix socket or loopback TCP without `--require-key`.
 
 use std::path::Path;
-use std::time::Instant;
 
 use convene_cowchat::{ErrorCode, WireError};
 
@@ -15,61 +14,6 @@ use crate::ipc::Trust;
 
 /// The principal of the daemon key and of keyless local clients.
 pub const PRIMARY: &str = "primary";
-
-/// Per-key limits (explicit, tested; `convene serve --cowchat-*` flags).
-#[derive(Debug, Clone, Copy)]
-pub struct Limits {
-    /// Distinct agent ids connected at once per key.
-    pub agents_per_key: usize,
-    /// Rooms a key may own (create) at once.
-    pub rooms_per_key: usize,
-    /// Sustained messages (send, thinking, decision) per second per key.
-    pub messages_per_sec: u32,
-    /// Burst above the sustained rate.
-    pub message_burst: u32,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Self {
-            agents_per_key: 256,
-            rooms_per_key: 1000,
-            messages_per_sec: 20_000,
-            message_burst: 40_000,
-        }
-    }
-}
-
-/// A token bucket (one per key).
-#[derive(Debug, Clone)]
-pub struct Bucket {
-    tokens: f64,
-    at: Instant,
-}
-
-impl Bucket {
-    /// A full bucket.
-    pub fn full(l: &Limits) -> Self {
-        Self {
-            tokens: f64::from(l.message_burst.max(1)),
-            at: Instant::now(),
-        }
-    }
-
-    /// Takes one token, or says when refused.
-    pub fn take(&mut self, l: &Limits) -> bool {
-        let now = Instant::now();
-        let refill = now.duration_since(self.at).as_secs_f64() * f64::from(l.messages_per_sec);
-        self.tokens = (self.tokens + refill).min(f64::from(l.message_burst.max(1)));
-        self.at = now;
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
-            true
-        } else {
-            false
-        }
-    }
-}
 
 fn read_key(p: &Path) -> Option<String> {
     std::fs::read_to_string(p)
@@ -141,17 +85,5 @@ mod tests {
             p(Some("nope"), Trust::Local).unwrap_err().code,
             ErrorCode::Unauthorized
         );
-    }
-
-    #[test]
-    fn bucket_refuses_past_the_burst() {
-        let l = Limits {
-            messages_per_sec: 1,
-            message_burst: 3,
-            ..Limits::default()
-        };
-        let mut b = Bucket::full(&l);
-        assert!(b.take(&l) && b.take(&l) && b.take(&l));
-        assert!(!b.take(&l));
     }
 }

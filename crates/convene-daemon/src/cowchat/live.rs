@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use super::conn::Outbox;
-use super::keys::{Bucket, Limits};
+use super::limits::{Bucket, Limits};
 use super::{agents, rooms, Face, RUNTIME};
 use convene_cowchat::{ErrorCode, WireError};
 
@@ -51,6 +51,9 @@ pub(super) struct Live {
     /// room id → current turn holder.
     pub turns: HashMap<String, String>,
     pub buckets: HashMap<String, Bucket>,
+    /// principal → its limits as read at its latest `register` (every connection of the
+    /// key follows the latest read).
+    pub limits: HashMap<String, Limits>,
     next_conn: u64,
 }
 
@@ -60,7 +63,7 @@ fn now_ts() -> String {
 
 impl Live {
     /// Registers a connection for `agent`; refuses an id bound to another key and a key
-    /// over its agent limit.
+    /// over its agent limit. `limits` (just read for the key) become the key's limits.
     #[allow(clippy::too_many_arguments)]
     pub fn attach(
         &mut self,
@@ -96,6 +99,7 @@ impl Live {
             }
         }
         self.bound.insert(agent.to_string(), principal.to_string());
+        self.limits.insert(principal.to_string(), *limits);
         self.next_conn += 1;
         let id = self.next_conn;
         self.conns.insert(
@@ -203,12 +207,24 @@ impl Live {
         }
     }
 
-    /// Takes one message token of `principal`.
-    pub fn allow_message(&mut self, principal: &str, limits: &Limits) -> bool {
-        self.buckets
+    /// The limits of `principal` (as read at its latest `register`; `base` before any).
+    pub fn limits_of(&self, principal: &str, base: &Limits) -> Limits {
+        self.limits.get(principal).copied().unwrap_or(*base)
+    }
+
+    /// Takes one message token of `principal`; refused with its rate limit.
+    pub fn allow_message(&mut self, principal: &str, base: &Limits) -> Result<(), u32> {
+        let l = self.limits_of(principal, base);
+        let ok = self
+            .buckets
             .entry(principal.to_string())
-            .or_insert_with(|| Bucket::full(limits))
-            .take(limits)
+            .or_insert_with(|| Bucket::full(&l))
+            .take(&l);
+        if ok {
+            Ok(())
+        } else {
+            Err(l.messages_per_sec)
+        }
     }
 
     /// True when the agent has a connection now.

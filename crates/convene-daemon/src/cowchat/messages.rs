@@ -192,7 +192,8 @@ fn check_sealed(encrypted: bool, content: &str) -> Result<(), WireError> {
 }
 
 /// Checks that the agent may post `content` to `room_id` now: member, sealed when the room
-/// is encrypted, within its key's message rate.
+/// is encrypted, within its key's message rate. Sizes are checked before (a refused size
+/// takes no token).
 pub(super) fn check_post(s: &Session, room_id: &str, content: &str) -> Result<(), WireError> {
     let me = s.me();
     {
@@ -206,21 +207,17 @@ pub(super) fn check_post(s: &Session, room_id: &str, content: &str) -> Result<()
         }
         check_sealed(rooms::is_encrypted(g), content)?;
     }
-    if !s
+    let allowed = s
         .face
         .live
         .lock()
-        .allow_message(&s.principal, &s.face.cfg.limits)
-    {
-        return Err(WireError::new(
+        .allow_message(&s.principal, &s.face.cfg.limits);
+    allowed.map_err(|rate| {
+        WireError::new(
             ErrorCode::RateLimitMessages,
-            format!(
-                "message rate limit of this API key exceeded ({}/s)",
-                s.face.cfg.limits.messages_per_sec
-            ),
-        ));
-    }
-    Ok(())
+            format!("message rate limit of this API key exceeded ({rate}/s)"),
+        )
+    })
 }
 
 fn cow_data(
@@ -244,7 +241,7 @@ fn cow_data(
 /// Builds the engine command for a `send_message` frame (checks mentions are members).
 pub(super) fn send_command(s: &Session, payload: Map<String, Value>) -> Result<Command, WireError> {
     let m: SendMessage = parse(payload)?;
-    m.validate()?;
+    m.validate_with(&s.limits().sizes())?;
     check_post(s, &m.room_id, &m.content)?;
     let mentions = m.mentions.unwrap_or_default();
     if !mentions.is_empty() {
@@ -326,7 +323,7 @@ pub(super) fn apply_turn(face: &Face, t: TurnMove) {
 /// and never wakes `wait` (it is not a `chat.message`).
 pub(super) async fn thinking(s: &Session, payload: Map<String, Value>) -> Result<Value, WireError> {
     let t: RoomContent = parse(payload)?;
-    t.validate()?;
+    t.validate_with(&s.limits().sizes())?;
     check_post(s, &t.room_id, &t.content)?;
     let mut md = t.metadata.unwrap_or_default();
     md.insert("type".into(), json!("thinking"));

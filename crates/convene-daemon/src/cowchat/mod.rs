@@ -8,6 +8,7 @@ mod agents;
 mod conn;
 mod coord;
 mod keys;
+pub mod limits;
 mod live;
 mod messages;
 mod push;
@@ -26,7 +27,7 @@ use parking_lot::Mutex;
 use crate::ipc::Trust;
 use crate::Daemon;
 
-pub use keys::Limits;
+pub use limits::Limits;
 
 /// Principal the face uses for room and membership management (`svc:` principals may
 /// manage groups; the agents themselves are the `by` of their messages).
@@ -54,7 +55,7 @@ pub const RECONNECT_WINDOW: Duration = Duration::from_secs(120);
 pub struct FaceConfig {
     /// The daemon home (`auth.key`, `keys.d/`).
     pub home: PathBuf,
-    /// Per-key limits.
+    /// Per-key limits: the defaults (a key's own file may override them).
     pub limits: Limits,
     /// How long a disconnected agent keeps its rooms and replay cursors.
     pub reconnect_window: Duration,

@@ -210,6 +210,7 @@ pub(super) async fn create_room(
     let c: CreateRoom = parse(payload)?;
     let name = c.validate()?;
     let face = s.face.clone();
+    let max = s.limits().rooms_per_key;
     let _one_at_a_time = face.rooms_lock.lock().await;
     {
         let eng = face.d.ledger.engine();
@@ -234,13 +235,10 @@ pub(super) async fn create_room(
             .into_iter()
             .filter(|g| is_room(g) && attrs(g).owner.as_deref() == Some(s.principal.as_str()))
             .count();
-        if owned >= face.cfg.limits.rooms_per_key {
+        if owned >= max {
             return Err(WireError::new(
                 ErrorCode::RateLimitRooms,
-                format!(
-                    "this API key owns {owned} rooms (limit {})",
-                    face.cfg.limits.rooms_per_key
-                ),
+                format!("this API key owns {owned} rooms (limit {max})"),
             ));
         }
     }

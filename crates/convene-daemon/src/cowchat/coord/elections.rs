@@ -164,7 +164,7 @@ pub(in super::super) async fn decision(
     payload: Map<String, Value>,
 ) -> Result<Value, WireError> {
     let d: RoomContent = parse(payload)?;
-    d.validate()?;
+    d.validate_with(&s.limits().sizes())?;
     messages::check_post(s, &d.room_id, &d.content)?;
     let (me, name) = who(s);
     // `leader_elected` may have reached the leader before its event was folded.

@@ -232,12 +232,21 @@ async fn deliver(
             ("webhook-timestamp", ts_s.as_str()),
             ("webhook-signature", sig.as_str()),
         ];
+        // A slot for this attempt only (the name check and the POST): never held across
+        // the store writes or a retry's wait, so a failing target ties up no slot between
+        // attempts. The semaphore is never closed.
+        let slot = h
+            .slots
+            .acquire()
+            .await
+            .map_err(|e| HookError::Join(e.to_string()))?;
         let res = match ssrf::resolve(target, h.opts.allow_local).await {
             Ok(addr) => http::post(target, addr, &h.tls, &headers, &body, h.opts.timeout)
                 .await
                 .map_err(|e| e.to_string()),
             Err(e) => Err(e.to_string()),
         };
+        drop(slot);
         match res {
             Ok(_) => {
                 let (id, c) = (sub.id.clone(), seq);

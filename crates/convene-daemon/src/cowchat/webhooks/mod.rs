@@ -33,6 +33,10 @@ const MAX_SUBS: usize = 256;
 const MAX_LIST: usize = 64;
 /// Longest accepted secret.
 const MAX_SECRET: usize = 1024;
+/// Default of [`Options::concurrency`].
+pub const DEFAULT_CONCURRENCY: usize = 16;
+/// Largest accepted [`Options::concurrency`].
+pub const MAX_CONCURRENCY: usize = 4096;
 
 /// Webhook delivery settings.
 #[derive(Debug, Clone)]
@@ -46,6 +50,9 @@ pub struct Options {
     /// TEST ONLY: also trust the PEM CA certificates in this file for https targets
     /// (`serve --cowchat-webhooks-ca-file`).
     pub extra_ca: Option<PathBuf>,
+    /// Delivery attempts in flight at once across all subscriptions (1 to
+    /// [`MAX_CONCURRENCY`]; `serve --cowchat-webhook-concurrency`).
+    pub concurrency: usize,
 }
 
 impl Default for Options {
@@ -55,6 +62,7 @@ impl Default for Options {
             retry_unit: Duration::from_secs(1),
             timeout: Duration::from_secs(10),
             extra_ca: None,
+            concurrency: DEFAULT_CONCURRENCY,
         }
     }
 }
@@ -89,6 +97,9 @@ pub struct Hooks {
     opts: Options,
     tls: tls::Tls,
     tasks: Mutex<HashMap<String, JoinHandle<()>>>,
+    /// One permit per delivery attempt in flight (the global cap). Tokio's semaphore is
+    /// fair (FIFO), so a busy subscription cannot starve the others.
+    slots: tokio::sync::Semaphore,
 }
 
 impl Hooks {
@@ -127,12 +138,19 @@ pub fn start(d: Arc<Daemon>, home: &Path, opts: Options) -> Result<Arc<Hooks>, H
             "cowchat webhooks may reach loopback and private addresses (test-only setting)"
         );
     }
+    if !(1..=MAX_CONCURRENCY).contains(&opts.concurrency) {
+        return Err(HookError::Config(format!(
+            "webhook concurrency must be between 1 and {MAX_CONCURRENCY} (got {})",
+            opts.concurrency
+        )));
+    }
     let tls = tls::Tls::new(opts.extra_ca.as_deref()).map_err(HookError::Tls)?;
     let store = Arc::new(Store::open(&home.join("cowchat").join("webhooks.db"))?);
     let active = store.active()?;
     let hooks = Arc::new(Hooks {
         d,
         store,
+        slots: tokio::sync::Semaphore::new(opts.concurrency),
         opts,
         tls,
         tasks: Mutex::new(HashMap::new()),
