@@ -150,6 +150,9 @@ def test_an_invalid_limits_file_refuses_the_keys_register_until_fixed(home):
             assert "clear-limits" in auth_fails(home, "set-limits", "team-b", "--agents", "3")
             # Another key is unaffected.
             assert reg(cc(home), "alice")["type"] == "ok"
+            # `before` reads (and so answers heartbeats: the test daemon closes a peer
+            # silent for 2 s) while the CLI runs.
+            before.ok("room_tip", {"room_id": room})
         # A connection registered before the file broke keeps going; fixing it lets the key in.
         before.ok("send_message", {"room_id": room, "content": "still here"})
         auth(home, "clear-limits", "team-b")

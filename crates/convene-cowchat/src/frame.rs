@@ -125,6 +125,14 @@ pub fn write_raw_line(
     reply_to: Option<&Value>,
     payload: &[u8],
 ) {
+    write_frame_head(out, id, ftype, reply_to);
+    out.extend_from_slice(payload);
+    write_frame_tail(out);
+}
+
+/// Appends the start of a frame line, up to and including `"payload":`; the payload is
+/// written next, then [`write_frame_tail`] (a large answer is written once, in place).
+pub fn write_frame_head(out: &mut Vec<u8>, id: &str, ftype: &str, reply_to: Option<&Value>) {
     out.extend_from_slice(b"{\"id\":");
     push_json_str(out, id);
     out.extend_from_slice(b",\"type\":");
@@ -135,7 +143,10 @@ pub fn write_raw_line(
         let _ = serde_json::to_writer(&mut *out, r);
     }
     out.extend_from_slice(b",\"payload\":");
-    out.extend_from_slice(payload);
+}
+
+/// Ends a frame line begun with [`write_frame_head`].
+pub fn write_frame_tail(out: &mut Vec<u8>) {
     out.extend_from_slice(b"}\n");
 }
 

@@ -90,20 +90,6 @@ impl Outbox {
         let _ = self.tx.try_send((line, None));
     }
 
-    /// Queues a frame whose payload is already serialized JSON (large answers).
-    pub(super) async fn frame_raw(
-        &self,
-        ftype: &str,
-        reply_to: Option<&Value>,
-        payload: &[u8],
-    ) -> bool {
-        let id = self.next_id();
-        self.send(convene_cowchat::frame::raw_line(
-            &id, ftype, reply_to, payload,
-        ))
-        .await
-    }
-
     /// Appends a push frame (with a fresh id) to `buf`, to be queued with [`Outbox::push_line`].
     pub(super) fn append_push(&self, buf: &mut Vec<u8>, ftype: &str, payload: &[u8]) {
         let id = self.next_id();
@@ -452,8 +438,8 @@ async fn handle(s: &mut Session, f: Frame) -> bool {
             return ok;
         }
         "get_history" => {
-            return match messages::get_history(s, p).await {
-                Ok(raw) => s.out.frame_raw("ok", rid, &raw).await,
+            return match messages::get_history(s, p, rid).await {
+                Ok(line) => s.out.send(line).await,
                 Err(e) => s.out.error(rid, &e).await,
             }
         }

@@ -389,10 +389,12 @@ async fn seq_of(readers: &Arc<Readers>, gid: &str, id: &str) -> Result<u64, Wire
 
 /// `get_history`: without a lower bound, the newest `limit` messages (before `before`);
 /// with `since` (a message id) or `since_seq`, the oldest `limit` messages after it. Always
-/// oldest first. Returns the serialized `ok` payload.
+/// oldest first. Returns the whole `ok` frame line answering `reply_to`, written in one
+/// buffer (a page of 10,000 messages is ~2.5 MB: it is not copied again).
 pub(super) async fn get_history(
     s: &Session,
     payload: Map<String, Value>,
+    reply_to: Option<&Value>,
 ) -> Result<Vec<u8>, WireError> {
     let h: GetHistory = parse(payload)?;
     check_reader(s, &h.room_id)?;
@@ -417,10 +419,14 @@ pub(super) async fn get_history(
         (None, Some(id)) if !id.is_empty() => Some(seq_of(&readers, &gid, id).await?),
         _ => None,
     };
-    let room = h.room_id;
+    let head = FrameHead {
+        id: s.out.next_id(),
+        reply_to: reply_to.cloned(),
+        room: h.room_id,
+    };
     if let Some(feed) = s.face.d.ledger.hub().get(&gid) {
-        let r = room.clone();
-        let scan = move || history_from_memory(&feed, &r, after, before, limit);
+        let head = head.clone();
+        let scan = move || history_from_memory(&feed, &head, after, before, limit);
         // Rendering a long page for the first time is real work: off the connection's thread.
         let got = if limit > 256 {
             tokio::task::spawn_blocking(scan)
@@ -438,7 +444,7 @@ pub(super) async fn get_history(
             Some(a) => readers.events_after(&gid, a, limit, &msg_kinds())?,
             None => readers.events_before(&gid, before.unwrap_or(0), limit, &msg_kinds())?,
         };
-        Ok(render_history(&room, &rows, limit, before))
+        Ok(render_history(&head, &rows, limit, before))
     })
     .await
 }
@@ -448,7 +454,7 @@ pub(super) async fn get_history(
 /// answers). Same rows as the store path: Mail takes a slot but is not shown.
 fn history_from_memory(
     feed: &crate::hub::Feed,
-    room: &str,
+    head: &FrameHead,
     after: Option<u64>,
     before: Option<u64>,
     limit: usize,
@@ -458,15 +464,20 @@ fn history_from_memory(
         Some(a) => feed.scan_after(a, limit, is_msg)?,
         None => feed.scan_before(before.unwrap_or(0), limit, is_msg)?,
     };
-    let mut page = HistoryPage::new(room, evs.len() * 256);
+    let mut page = HistoryPage::new(head, evs.len() * 256);
     for m in evs.iter().filter_map(|e| push::message_memo(e).flatten()) {
         page.push(|out| out.extend_from_slice(&m.message));
     }
     Some(page.finish(evs.len() == limit))
 }
 
-fn render_history(room: &str, rows: &[RawEvent], limit: usize, before: Option<u64>) -> Vec<u8> {
-    let mut page = HistoryPage::new(room, rows.iter().map(|r| r.json.len()).sum());
+fn render_history(
+    head: &FrameHead,
+    rows: &[RawEvent],
+    limit: usize,
+    before: Option<u64>,
+) -> Vec<u8> {
+    let mut page = HistoryPage::new(head, rows.iter().map(|r| r.json.len()).sum());
     for r in rows {
         if before.is_some_and(|b| r.seq >= b) {
             continue;
@@ -478,17 +489,26 @@ fn render_history(room: &str, rows: &[RawEvent], limit: usize, before: Option<u6
     page.finish(rows.len() == limit)
 }
 
-/// The `get_history` answer payload, written message by message (from memory or the store).
+/// What the `get_history` answer frame starts with.
+#[derive(Clone)]
+struct FrameHead {
+    id: String,
+    reply_to: Option<Value>,
+    room: String,
+}
+
+/// The `get_history` answer frame, written message by message (from memory or the store).
 struct HistoryPage {
     out: Vec<u8>,
     first: bool,
 }
 
 impl HistoryPage {
-    fn new(room: &str, size_hint: usize) -> Self {
-        let mut out = Vec::with_capacity(size_hint + 64);
+    fn new(head: &FrameHead, size_hint: usize) -> Self {
+        let mut out = Vec::with_capacity(size_hint + 160);
+        convene_cowchat::frame::write_frame_head(&mut out, &head.id, "ok", head.reply_to.as_ref());
         out.extend_from_slice(b"{\"room_id\":");
-        push_json_str(&mut out, room);
+        push_json_str(&mut out, &head.room);
         out.extend_from_slice(b",\"messages\":[");
         Self { out, first: true }
     }
@@ -507,6 +527,7 @@ impl HistoryPage {
         self.out
             .extend_from_slice(if has_more { b"true" } else { b"false" });
         self.out.push(b'}');
+        convene_cowchat::frame::write_frame_tail(&mut self.out);
         self.out
     }
 }
