@@ -411,3 +411,37 @@ fn follow_delivers_every_message_once_in_order_across_catch_up_and_pushes() {
     want.push("done".into());
     assert_eq!(contents(&got), want);
 }
+
+#[test]
+fn history_follow_shows_own_messages_sent_from_another_process_in_order() {
+    // The server never pushes an agent's own messages to it (Cowchat's rule), so a follower
+    // with the same agent id reads them from history when a later seq shows a gap.
+    let d = Daemon::start();
+    create_room(&d, "alice", "log", &[]);
+    join(&d, "bob", "log");
+    send(&d, "alice", "log", "first", &[]);
+    let mut c = d.cow("bob");
+    c.args(["history", "log", "--follow", "--text"]);
+    let f = follow(c);
+    assert!(f.first.trim_end().ends_with("alice: first"), "{}", f.first);
+    send(&d, "bob", "log", "mine", &[]);
+    send(&d, "alice", "log", "after", &[]);
+    send(&d, "alice", "log", "bye", &["--end"]);
+    let mut f = f;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = f.child.try_wait().unwrap() {
+            break s;
+        }
+        // Well under the client's 30 s re-check: the gap is filled when it shows.
+        assert!(Instant::now() < deadline, "follower did not exit on --end");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let (_, rest, err) = f.finish();
+    assert!(status.success(), "{err}");
+    let lines: Vec<_> = rest.lines().collect();
+    assert_eq!(lines.len(), 3, "{rest}");
+    assert!(lines[0].ends_with("bob: mine"), "{rest}");
+    assert!(lines[1].ends_with("alice: after"), "{rest}");
+    assert!(lines[2].ends_with("bye [end]"), "{rest}");
+}

@@ -66,6 +66,8 @@ struct Waiter<'a> {
     thinking_shown: BTreeSet<u64>,
     /// `--follow` saw a peer's `--end` message.
     ended: bool,
+    /// Own messages are shown (`history --follow`), so they are read from history.
+    own_included: bool,
 }
 
 /// `cowchat wait`.
@@ -125,6 +127,7 @@ pub fn run(ctx: &Ctx, a: &WaitArgs) -> anyhow::Result<i32> {
         woke: false,
         thinking_shown: BTreeSet::new(),
         ended: false,
+        own_included: false,
     };
     w.run(&a.room, true)
 }
@@ -148,6 +151,7 @@ pub fn follow_history(ctx: &Ctx, room: &str, after: u64, text: bool) -> anyhow::
         woke: false,
         thinking_shown: BTreeSet::new(),
         ended: false,
+        own_included: true,
     };
     w.run(room, false)
 }
@@ -256,6 +260,20 @@ impl Waiter<'_> {
             let p = &f.payload;
             let in_room = p["room_id"].as_str().is_none_or(|r| r == room_id);
             match f.ftype.as_str() {
+                // `history --follow` shows own messages, which the server never pushes to
+                // their sender (another process with the same agent id included): a seq
+                // past the next one may hide some, so the catch-up reads them in order.
+                "message_received"
+                    if in_room
+                        && self.own_included
+                        && message::seq(p) > self.cursor.unwrap_or(0) + 1 =>
+                {
+                    return Ok(None);
+                }
+                // The turn moved because someone spoke, maybe this agent elsewhere.
+                "turn_changed" if in_room && self.own_included && p["reason"] == "message_sent" => {
+                    return Ok(None);
+                }
                 "message_received" if in_room => {
                     if self.process(p.clone())? {
                         return Ok(Some(End::Woke));
