@@ -339,6 +339,32 @@ fn wss_follow_reconnects_after_the_connection_is_cut() {
 }
 
 #[test]
+fn wss_history_follow_prints_the_history_then_a_message_sent_after_it_started() {
+    let (d, backend) = ws_daemon();
+    let proxy = TlsProxy::start(backend, "server");
+    create_room(&d, "alice", "journal", &[]);
+    send(&d, "alice", "journal", "earlier one", &[]);
+    send(&d, "alice", "journal", "earlier two", &[]);
+    let mut c = with_ca(cow_wss(&d, &proxy.url("localhost"), "bob"));
+    c.args(["history", "journal", "--follow"]);
+    let w = follow(c);
+    assert_eq!(contents(&json_lines(&w.first)), vec!["earlier one"]);
+    // Sent on the Unix socket once the follower has printed: it must come through the TLS
+    // stream, exactly once, and a peer's `--end` then ends the stream with exit 0.
+    send(&d, "alice", "journal", "after it started", &[]);
+    send(&d, "alice", "journal", "the end", &["--end"]);
+    let (status, rest, err) = w.finish();
+    assert!(status.success(), "{err}");
+    let got = json_lines(&rest);
+    assert_eq!(
+        contents(&got),
+        vec!["earlier two", "after it started", "the end"],
+        "{err}"
+    );
+    assert_eq!(got[1]["agent_id"], "alice");
+}
+
+#[test]
 fn wss_follow_stops_instead_of_retrying_a_certificate_that_went_bad() {
     let (d, backend) = ws_daemon();
     let proxy = TlsProxy::start(backend, "server");
