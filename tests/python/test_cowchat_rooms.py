@@ -70,6 +70,43 @@ def test_private_rooms_are_visible_only_to_their_key_and_ids_are_bound_to_keys(c
     assert "owner" not in priv and all("owner" not in r for r in a.ok("list_rooms")["rooms"])
 
 
+def test_room_attribute_changes_from_any_face_show_at_once(cow):
+    """The face decodes a room's attributes once and keeps them: an operator's change over the
+    CCCS IPC (a private room made public, then private again), a rename and a destroy must
+    each show in the very next list_rooms / room_info."""
+    other = auth(cow.home, "add-key", "team-b")
+    a = CC(cow.cowchat_unix)
+    assert reg(a, "alice")["type"] == "ok"
+    rid = a.ok("create_room", {"name": "ops-room"})["room_id"]
+    b = CC(cow.cowchat_unix)
+    assert reg(b, "bob", other)["type"] == "ok"
+
+    def bob_sees() -> bool:
+        return "ops-room" in {r["name"] for r in b.ok("list_rooms")["rooms"]}
+
+    def set_public(on: bool) -> None:
+        g = cow.raw({"v": 1, "op": "group_show", "args": {"group_id": rid}})
+        attrs = {**g["result"]["group"]["settings"]["cowchat"], "public": on}
+        r = cow.raw({"v": 1, "op": "group_settings_update",
+                     "args": {"group_id": rid, "patch": {"cowchat": attrs}}})
+        assert r["ok"] is True, r
+
+    assert not bob_sees()
+    assert error_code(b.req("room_info", {"room_id": rid})) == "access_denied"
+    set_public(True)
+    assert bob_sees()
+    assert b.ok("room_info", {"room_id": rid})["room"]["public"] is True
+    set_public(False)
+    assert not bob_sees()
+    assert error_code(b.req("join_room", {"room_id": rid})) == "access_denied"
+    a.ok("rename_room", {"room_id": rid, "name": "ops-renamed"})
+    assert a.ok("room_info", {"name": "ops-renamed"})["room"]["room_id"] == rid
+    assert "ops-room" not in {r["name"] for r in a.ok("list_rooms")["rooms"]}
+    a.ok("destroy_room", {"room_id": rid})
+    assert error_code(a.req("room_info", {"room_id": rid})) == "room_not_found"
+    assert rid not in {r["room_id"] for r in a.ok("list_rooms")["rooms"]}
+
+
 def test_per_key_limits_are_enforced_and_nothing_acknowledged_is_lost(home):
     d = start(home, "--cowchat-messages-per-sec", "1", "--cowchat-message-burst", "3",
               "--cowchat-agents-per-key", "2", "--cowchat-rooms-per-key", "2")

@@ -490,3 +490,136 @@ fn election_and_leader_only_decision() {
         .iter()
         .any(|m| m["metadata"]["type"] == "decision" && m["content"] == "we go with A"));
 }
+
+/// Runs `cowchat task ARGS` as `who` and parses its one JSON line.
+fn task(d: &Daemon, who: &str, args: &[&str]) -> Value {
+    let mut c = d.cow(who);
+    c.arg("task").args(args);
+    serde_json::from_str(ok(c).trim()).unwrap()
+}
+
+fn task_ids(list: &Value) -> Vec<&str> {
+    list["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["task_id"].as_str().unwrap())
+        .collect()
+}
+
+#[test]
+fn tasks_assign_update_and_list_through_the_cli() {
+    let mut d = Daemon::start();
+    create_room(&d, "alice", "work", &["--public"]);
+    join(&d, "bob", "work");
+    let first = task(
+        &d,
+        "alice",
+        &[
+            "assign",
+            "work",
+            "--title",
+            "write tests",
+            "--description",
+            "at the CLI",
+            "--assignee",
+            "bob",
+        ],
+    );
+    assert_eq!(first["status"], "pending");
+    assert_eq!(first["assignee"], "bob");
+    assert_eq!(first["title"], "write tests");
+    assert_eq!(first["description"], "at the CLI");
+    assert_eq!(first["created_by"], "alice");
+    let id = first["task_id"].as_str().unwrap().to_string();
+    let second = task(&d, "alice", &["assign", "work", "--title", "docs"]);
+    assert_eq!(second["assignee"], Value::Null);
+    let id2 = second["task_id"].as_str().unwrap().to_string();
+    // The assignee moves it along; status, note and assignee come back whole.
+    let u = task(
+        &d,
+        "bob",
+        &[
+            "update",
+            "work",
+            &id,
+            "--status",
+            "in_progress",
+            "--note",
+            "on it",
+        ],
+    );
+    assert_eq!(u["status"], "in_progress");
+    assert_eq!(u["note"], "on it");
+    assert_eq!(u["assignee"], "bob");
+    assert_eq!(u["updated_by"], "bob");
+    let all = task(&d, "bob", &["list", "work"]);
+    assert_eq!(task_ids(&all), vec![id.as_str(), id2.as_str()]);
+    let busy = task(&d, "bob", &["list", "work", "--status", "in_progress"]);
+    assert_eq!(task_ids(&busy), vec![id.as_str()]);
+    let waiting = task(&d, "bob", &["list", "work", "--status", "pending"]);
+    assert_eq!(task_ids(&waiting), vec![id2.as_str()]);
+    let mut c = d.cow("bob");
+    c.args(["task", "list", "work", "--text"]);
+    let text = ok(c);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert_eq!(
+        lines[0],
+        format!("{id} [in_progress] write tests -> bob (on it)")
+    );
+    assert_eq!(lines[1], format!("{id2} [pending] docs (unassigned)"));
+    // Tasks outlive a daemon restart (rebuilt from the ledger).
+    d.restart();
+    let after = task(&d, "bob", &["list", "work"]);
+    assert_eq!(after["tasks"], all["tasks"]);
+    let done = task(
+        &d,
+        "alice",
+        &["update", "work", &id2, "--status", "completed"],
+    );
+    assert_eq!(done["status"], "completed");
+}
+
+#[test]
+fn task_commands_refuse_bad_input() {
+    let d = Daemon::start();
+    create_room(&d, "alice", "work", &[]);
+    create_room(&d, "alice", "elsewhere", &[]);
+    let there = task(&d, "alice", &["assign", "elsewhere", "--title", "theirs"]);
+    let there_id = there["task_id"].as_str().unwrap();
+    let fails = |args: &[&str]| {
+        let mut c = d.cow("alice");
+        c.arg("task").args(args);
+        let o = run(c);
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).to_string(),
+        )
+    };
+    // A status outside the spec's four is a usage error, before any connection.
+    let (code, err) = fails(&["update", "work", there_id, "--status", "done"]);
+    assert_eq!(code, Some(64), "{err}");
+    let (code, err) = fails(&["list", "work", "--status", "open"]);
+    assert_eq!(code, Some(64), "{err}");
+    // A task of another room is refused and left as it was.
+    let (code, err) = fails(&["update", "work", there_id, "--status", "completed"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("task_not_found"), "{err}");
+    let list = task(&d, "alice", &["list", "elsewhere"]);
+    assert_eq!(list["tasks"][0]["status"], "pending");
+    let (code, err) = fails(&["update", "work", "task_nope", "--note", "x"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("task_not_found"), "{err}");
+    // The server's own refusals come through with their codes.
+    let (code, err) = fails(&["assign", "work", "--title", "t", "--assignee", "stranger"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("not_in_room"), "{err}");
+    let (code, err) = fails(&["assign", "work", "--title", ""]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("invalid_payload"), "{err}");
+    assert!(task(&d, "alice", &["list", "work"])["tasks"]
+        .as_array()
+        .unwrap()
+        .is_empty());
+}

@@ -410,6 +410,36 @@ fn failed_command_leaves_seq_untouched() {
     assert_eq!(e.seq, head + 1);
 }
 
+#[test]
+fn revision_moves_with_group_changes_not_with_messages() {
+    // Faces cache what they derive from groups per revision (Cowchat room attributes).
+    let mut w = World::new(&["a"]);
+    let r0 = w.eng.revision();
+    w.send("user", "send", &["a"], "x").unwrap();
+    assert_eq!(w.eng.revision(), r0, "a message changes no group");
+    let mut patch = Map::new();
+    patch.insert("cowchat".into(), json!({"public": false}));
+    w.run(Command::GroupSettingsUpdate {
+        group_id: w.gid.clone(),
+        by: "user".into(),
+        patch,
+    })
+    .unwrap();
+    let r1 = w.eng.revision();
+    assert_ne!(r1, r0);
+    w.run(Command::ActorRemove {
+        group_id: w.gid.clone(),
+        by: "user".into(),
+        actor_id: "a".into(),
+    })
+    .unwrap();
+    assert_ne!(w.eng.revision(), r1);
+    // A reloaded engine never reuses a revision.
+    let seen = [r0, r1, w.eng.revision()];
+    let reloaded = Engine::new(Vec::new(), Limits::default());
+    assert!(!seen.contains(&reloaded.revision()));
+}
+
 const TOKENS: &[&str] = &[
     "a", "b", "c", "user", "@user", "@all", "@peers", "@foreman", "ghost", "@bogus", "",
 ];

@@ -13,6 +13,12 @@ use rusqlite::{Connection, OpenFlags};
 pub use reader::{RawEvent, Readers, Since};
 pub use writer::{apply, Writer, WriterView};
 
+/// True for the kinds [`Readers::coordination_after`] returns: the same rule as the
+/// `events_coord` index's SQL (a store test checks that the two agree).
+pub fn is_coordination_kind(kind: &str) -> bool {
+    kind.starts_with("x.cowchat.") && kind != "x.cowchat.thinking"
+}
+
 /// Storage failures.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

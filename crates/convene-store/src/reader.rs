@@ -140,6 +140,29 @@ impl Readers {
         self.with(|c| select(c, "group_id = ?1 AND seq > ?2", "ASC", p, limit, kinds))
     }
 
+    /// Cowchat coordination events (every `x.cowchat.*` kind but `x.cowchat.thinking`) with
+    /// `seq > after`, ascending, at most `limit`. Reads the `events_coord` partial index, so
+    /// the cost follows the number of coordination events, not the size of the group.
+    pub fn coordination_after(
+        &self,
+        group_id: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<RawEvent>> {
+        // INDEXED BY: the plan never falls back to scanning the group (an error instead).
+        const SQL: &str = concat!(
+            "SELECT seq, id, kind, ts, by_, json FROM events INDEXED BY events_coord
+             WHERE group_id = ?1 AND seq > ?2 AND ",
+            crate::schema::coord_where!(),
+            " ORDER BY seq LIMIT ?3"
+        );
+        self.with(|c| {
+            let mut st = c.prepare_cached(SQL)?;
+            let rows = st.query_map(params![group_id, after as i64, limit as i64], row)?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+    }
+
     /// Events with `seq < before` (0 = from the end), newest page first, returned ascending.
     pub fn events_before(
         &self,

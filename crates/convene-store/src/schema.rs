@@ -1,5 +1,16 @@
 //! Versioned migrations. `PRAGMA user_version` holds the applied version.
 
+/// The rows of the `events_coord` partial index: Cowchat coordination events (votes,
+/// elections, leaders, tasks), i.e. every `x.cowchat.*` kind but the frequent thinking pulse.
+/// A macro so the migration (a `&'static str`) and the reader's query repeat it verbatim: SQLite
+/// uses a partial index only for a query whose WHERE contains the index's terms as written.
+macro_rules! coord_where {
+    () => {
+        "kind GLOB 'x.cowchat.*' AND kind <> 'x.cowchat.thinking'"
+    };
+}
+pub(crate) use coord_where;
+
 /// Migrations in order; index + 1 is the version each one brings the database to.
 pub const MIGRATIONS: &[&str] = &[
     // v1: the ledger and its projections.
@@ -62,4 +73,12 @@ pub const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (group_id, by_, client_id)
     ) WITHOUT ROWID;
     "#,
+    // v2: the coordination events indexed apart, so the Cowchat start-up rebuild reads only
+    // them instead of every message of every room. Partial, so a message insert pays one
+    // GLOB on its kind and adds no index entry.
+    concat!(
+        "CREATE INDEX events_coord ON events (group_id, seq) WHERE ",
+        coord_where!(),
+        ";"
+    ),
 ];

@@ -8,6 +8,7 @@ mod groups;
 mod import;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::{Map, Value};
 
@@ -73,6 +74,15 @@ impl Outcome {
 pub struct Engine {
     groups: HashMap<String, Group>,
     limits: Limits,
+    revision: u64,
+}
+
+/// Source of [`Engine::revision`] values, shared by every engine of the process, so an engine
+/// reloaded from the store never repeats a revision an earlier one had.
+static REVISIONS: AtomicU64 = AtomicU64::new(1);
+
+fn next_revision() -> u64 {
+    REVISIONS.fetch_add(1, Ordering::Relaxed)
 }
 
 /// Per-command context: the state being changed, the view, the clock and the output.
@@ -188,7 +198,15 @@ impl Engine {
                 .map(|g| (g.group_id.clone(), g))
                 .collect(),
             limits,
+            revision: next_revision(),
         }
+    }
+
+    /// Changes whenever a group is created, changed (settings, actors, state…) or deleted,
+    /// and never comes back: what a face derives from groups may be cached per revision.
+    /// Appending events does not change it.
+    pub fn revision(&self) -> u64 {
+        self.revision
     }
 
     /// A group by id.
@@ -228,6 +246,17 @@ impl Engine {
             out: Outcome::default(),
         };
         let res = Self::dispatch(&mut ctx, cmd);
+        // Every group change is persisted through a GroupUpsert or GroupDelete. A failed
+        // command changes no group either, but a new revision costs only a cache miss.
+        let touched = res.is_err()
+            || ctx
+                .out
+                .changes
+                .iter()
+                .any(|c| matches!(c, Change::GroupUpsert(_) | Change::GroupDelete(_)));
+        if touched {
+            self.revision = next_revision();
+        }
         if let Err(e) = res {
             // Undo `seq` reservations of a command that failed after appending.
             for ev in &ctx.out.events {

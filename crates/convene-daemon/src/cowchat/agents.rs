@@ -123,6 +123,7 @@ pub(super) fn list_agents(s: &Session, payload: Map<String, Value>) -> Result<Va
     if let Some(rid) = &l.room_id {
         let eng = s.face.d.ledger.engine();
         let g = rooms::resolve_visible(
+            &s.face,
             &eng,
             &convene_cowchat::RoomRef {
                 room_id: Some(rid.clone()),

@@ -537,7 +537,7 @@ pub(super) async fn room_tip(s: &Session, payload: Map<String, Value>) -> Result
     let r: RoomRef = parse(payload)?;
     let gid = {
         let eng = s.face.d.ledger.engine();
-        rooms::resolve_visible(&eng, &r, &s.principal)?
+        rooms::resolve_visible(&s.face, &eng, &r, &s.principal)?
             .group_id
             .clone()
     };

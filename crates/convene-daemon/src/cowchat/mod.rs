@@ -5,6 +5,7 @@
 //! turn token, reconnect cursors) is in [`live`]. See docs/cowchat.md.
 
 mod agents;
+mod attrs;
 mod conn;
 mod coord;
 mod keys;
@@ -72,6 +73,8 @@ pub struct Face {
     coord: coord::Coord,
     /// Webhook subscriptions, once `webhooks::attach` ran.
     hooks: std::sync::OnceLock<Arc<webhooks::Hooks>>,
+    /// Decoded room attributes.
+    attrs: attrs::Cache,
 }
 
 impl Face {
@@ -85,6 +88,7 @@ impl Face {
             rooms_lock: tokio::sync::Mutex::new(()),
             coord: coord::Coord::new(),
             hooks: std::sync::OnceLock::new(),
+            attrs: attrs::Cache::default(),
         });
         rooms::ensure_lobby(&face).await;
         coord::start(&face).await;

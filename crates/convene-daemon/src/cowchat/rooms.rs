@@ -7,53 +7,21 @@
 //! → group map is derived from the engine's committed state on every lookup. Joining adds the
 //! agent id as an actor (`runtime: cowchat`); leaving removes it.
 
+use std::sync::Arc;
+
 use convene_core::{Command, Engine, ErrorCode as Core, Group};
 use convene_cowchat::{
     parse, room_name, CreateRoom, ErrorCode, ListRooms, RenameRoom, RoomRef, WireError,
 };
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
+use super::attrs::Attrs;
 use super::conn::{After, Session};
 use super::live;
 use super::{keys, wire, Face, ATTRS_KEY, ROOM_KEY, RUNTIME, SERVICE};
 
 /// The always-public system room.
 pub(super) const LOBBY: &str = "lobby";
-
-/// A room's Cowchat attributes (group settings `cowchat`). `owner` is server-internal
-/// authorization state and never appears in a wire payload.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub(super) struct Attrs {
-    #[serde(default)]
-    pub parent_id: Option<String>,
-    #[serde(default)]
-    pub created_by: Option<String>,
-    #[serde(default)]
-    pub owner: Option<String>,
-    /// Rooms made before attributes existed are public.
-    #[serde(default = "yes")]
-    pub public: bool,
-    #[serde(default)]
-    pub ephemeral: bool,
-    #[serde(default)]
-    pub encrypted: bool,
-    /// `lobby` and other system rooms: no rename, no destroy.
-    #[serde(default)]
-    pub system: bool,
-}
-
-fn yes() -> bool {
-    true
-}
-
-impl Attrs {
-    /// True when `principal` may see the room: public and system rooms for everyone, a
-    /// private room for its owning key.
-    pub(super) fn visible_to(&self, principal: &str) -> bool {
-        self.public || self.system || self.owner.as_deref().is_none_or(|o| o == principal)
-    }
-}
 
 /// True when the group is a Cowchat room.
 pub(super) fn is_room(g: &Group) -> bool {
@@ -72,16 +40,10 @@ fn name_of(g: &Group) -> &str {
         .unwrap_or_default()
 }
 
-/// The room's attributes.
-pub(super) fn attrs(g: &Group) -> Attrs {
-    g.settings
-        .extra
-        .get(ATTRS_KEY)
-        .and_then(|v| serde_json::from_value(v.clone()).ok())
-        .unwrap_or_else(|| Attrs {
-            public: true,
-            ..Attrs::default()
-        })
+/// The room's attributes (decoded once per room and engine revision; `eng` is the read guard
+/// `g` came from).
+pub(super) fn attrs(face: &Face, eng: &Engine, g: &Group) -> Arc<Attrs> {
+    face.attrs.get(eng, g)
 }
 
 /// True for an end-to-end encrypted room (read without decoding all attributes: it is on
@@ -96,8 +58,8 @@ pub(super) fn is_encrypted(g: &Group) -> bool {
 }
 
 /// True when `principal` may see the room.
-pub(super) fn visible(g: &Group, principal: &str) -> bool {
-    attrs(g).visible_to(principal)
+pub(super) fn visible(face: &Face, eng: &Engine, g: &Group, principal: &str) -> bool {
+    attrs(face, eng, g).visible_to(principal)
 }
 
 /// A room by id (any visibility: membership checks come after).
@@ -110,6 +72,7 @@ pub(super) fn room<'a>(eng: &'a Engine, room_id: &str) -> Result<&'a Group, Wire
 /// A room by id or, when no id is given, by name, that `principal` may see. A private room
 /// of another key is `access_denied`.
 pub(super) fn resolve_visible<'a>(
+    face: &Face,
     eng: &'a Engine,
     r: &RoomRef,
     principal: &str,
@@ -121,7 +84,7 @@ pub(super) fn resolve_visible<'a>(
         })?,
         (None, None) => return Err(WireError::payload("room_id or name is required")),
     };
-    if !visible(g, principal) {
+    if !visible(face, eng, g, principal) {
         return Err(WireError::new(
             ErrorCode::AccessDenied,
             "this private room belongs to another API key",
@@ -137,8 +100,8 @@ fn by_name<'a>(eng: &'a Engine, name: &str) -> Option<&'a Group> {
 }
 
 /// The wire Room object.
-pub(super) fn room_value(g: &Group) -> Value {
-    let a = attrs(g);
+pub(super) fn room_value(face: &Face, eng: &Engine, g: &Group) -> Value {
+    let a = attrs(face, eng, g);
     json!({
         "room_id": g.group_id,
         "name": name_of(g),
@@ -154,8 +117,8 @@ pub(super) fn room_value(g: &Group) -> Value {
 }
 
 /// Outboxes of every connection that may see the room.
-fn visible_outboxes(face: &Face, g: &Group) -> Vec<std::sync::Arc<super::conn::Outbox>> {
-    let a = attrs(g);
+fn visible_outboxes(face: &Face, eng: &Engine, g: &Group) -> Vec<Arc<super::conn::Outbox>> {
+    let a = attrs(face, eng, g);
     let live = face.live.lock();
     live.conns
         .values()
@@ -222,6 +185,7 @@ pub(super) async fn create_room(
         }
         if let Some(p) = &c.parent_id {
             resolve_visible(
+                &face,
                 &eng,
                 &RoomRef {
                     room_id: Some(p.clone()),
@@ -233,7 +197,9 @@ pub(super) async fn create_room(
         let owned = eng
             .groups()
             .into_iter()
-            .filter(|g| is_room(g) && attrs(g).owner.as_deref() == Some(s.principal.as_str()))
+            .filter(|g| {
+                is_room(g) && attrs(&face, &eng, g).owner.as_deref() == Some(s.principal.as_str())
+            })
             .count();
         if owned >= max {
             return Err(WireError::new(
@@ -268,11 +234,11 @@ pub(super) async fn create_room(
     let (v, outs) = {
         let eng = face.d.ledger.engine();
         let g = room(&eng, &gid)?;
-        (room_value(g), visible_outboxes(&face, g))
+        (room_value(&face, &eng, g), visible_outboxes(&face, &eng, g))
     };
     let others: Vec<_> = outs
         .into_iter()
-        .filter(|o| !std::sync::Arc::ptr_eq(o, &s.out))
+        .filter(|o| !Arc::ptr_eq(o, &s.out))
         .collect();
     s.after.push(After::Push(others, "room_created", v.clone()));
     Ok(v)
@@ -288,7 +254,7 @@ pub(super) async fn join_room(
     let name = s.agent.as_ref().map(|a| a.name.clone()).unwrap_or_default();
     let gid = {
         let eng = s.face.d.ledger.engine();
-        let g = resolve_visible(&eng, &r, &s.principal)?;
+        let g = resolve_visible(&s.face, &eng, &r, &s.principal)?;
         if g.actor(&me).is_some() {
             return Err(WireError::new(
                 ErrorCode::AlreadyInRoom,
@@ -324,7 +290,7 @@ pub(super) async fn join_room(
     s.subscribe(&gid, cursor);
     s.after.push(After::Turn(gid.clone(), me.clone(), "joined"));
     let eng = s.face.d.ledger.engine();
-    let mut v = room_value(room(&eng, &gid)?);
+    let mut v = room_value(&s.face, &eng, room(&eng, &gid)?);
     v["seq"] = json!(cursor);
     Ok(v)
 }
@@ -338,7 +304,7 @@ pub(super) async fn leave_room(
     let me = s.me().to_string();
     let gid = {
         let eng = s.face.d.ledger.engine();
-        let g = resolve_visible(&eng, &r, &s.principal)?;
+        let g = resolve_visible(&s.face, &eng, &r, &s.principal)?;
         if g.actor(&me).is_none() {
             return Err(WireError::new(
                 ErrorCode::NotInRoom,
@@ -376,7 +342,7 @@ pub(super) async fn remove_member(
     let empty_ephemeral = {
         let eng = face.d.ledger.engine();
         eng.group(gid)
-            .is_some_and(|g| attrs(g).ephemeral && g.collaborators().next().is_none())
+            .is_some_and(|g| attrs(face, &eng, g).ephemeral && g.collaborators().next().is_none())
     };
     if empty_ephemeral {
         let _one_at_a_time = face.rooms_lock.lock().await;
@@ -390,7 +356,7 @@ async fn destroy(face: &Face, gid: &str) -> Result<Option<After>, WireError> {
     let outs = {
         let eng = face.d.ledger.engine();
         match eng.group(gid) {
-            Some(g) => visible_outboxes(face, g),
+            Some(g) => visible_outboxes(face, &eng, g),
             None => return Ok(None),
         }
     };
@@ -413,8 +379,8 @@ async fn destroy(face: &Face, gid: &str) -> Result<Option<After>, WireError> {
 
 /// Checks the caller may change the room: its owning key and its recorded creator id, and
 /// not a system room.
-fn check_owner(s: &Session, g: &Group) -> Result<(), WireError> {
-    let a = attrs(g);
+fn check_owner(s: &Session, eng: &Engine, g: &Group) -> Result<(), WireError> {
+    let a = attrs(&s.face, eng, g);
     if a.system {
         return Err(WireError::new(
             ErrorCode::AccessDenied,
@@ -443,6 +409,7 @@ pub(super) async fn rename_room(
     {
         let eng = face.d.ledger.engine();
         let g = resolve_visible(
+            &face,
             &eng,
             &RoomRef {
                 room_id: Some(r.room_id.clone()),
@@ -450,7 +417,7 @@ pub(super) async fn rename_room(
             },
             &s.principal,
         )?;
-        check_owner(s, g)?;
+        check_owner(s, &eng, g)?;
         if by_name(&eng, &name).is_some_and(|o| o.group_id != g.group_id) {
             return Err(WireError::new(
                 ErrorCode::RoomNameTaken,
@@ -472,7 +439,7 @@ pub(super) async fn rename_room(
     let (v, outs) = {
         let eng = face.d.ledger.engine();
         let g = room(&eng, &r.room_id)?;
-        (room_value(g), visible_outboxes(&face, g))
+        (room_value(&face, &eng, g), visible_outboxes(&face, &eng, g))
     };
     s.after.push(After::Push(outs, "room_updated", v.clone()));
     Ok(v)
@@ -489,8 +456,8 @@ pub(super) async fn destroy_room(
     let _one_at_a_time = face.rooms_lock.lock().await;
     let gid = {
         let eng = face.d.ledger.engine();
-        let g = resolve_visible(&eng, &r, &s.principal)?;
-        check_owner(s, g)?;
+        let g = resolve_visible(&face, &eng, &r, &s.principal)?;
+        check_owner(s, &eng, g)?;
         g.group_id.clone()
     };
     if let Some(push) = destroy(&face, &gid).await? {
@@ -511,9 +478,9 @@ pub(super) async fn list_rooms(
         let eng = s.face.d.ledger.engine();
         eng.groups()
             .into_iter()
-            .filter(|g| is_room(g) && visible(g, &s.principal))
-            .filter(|g| l.parent_id.is_none() || attrs(g).parent_id == l.parent_id)
-            .map(room_value)
+            .filter(|g| is_room(g) && visible(&s.face, &eng, g, &s.principal))
+            .filter(|g| l.parent_id.is_none() || attrs(&s.face, &eng, g).parent_id == l.parent_id)
+            .map(|g| room_value(&s.face, &eng, g))
             .collect()
     };
     let readers = s.face.d.ledger.readers().clone();
@@ -557,18 +524,23 @@ pub(super) async fn room_info(
     let r: RoomRef = parse(payload)?;
     let (room, agents, subs, gid) = {
         let eng = s.face.d.ledger.engine();
-        let g = resolve_visible(&eng, &r, &s.principal)?;
+        let g = resolve_visible(&s.face, &eng, &r, &s.principal)?;
         let subs: Vec<Value> = eng
             .groups()
             .into_iter()
             .filter(|c| {
                 is_room(c)
-                    && visible(c, &s.principal)
-                    && attrs(c).parent_id.as_deref() == Some(g.group_id.as_str())
+                    && visible(&s.face, &eng, c, &s.principal)
+                    && attrs(&s.face, &eng, c).parent_id.as_deref() == Some(g.group_id.as_str())
             })
-            .map(room_value)
+            .map(|c| room_value(&s.face, &eng, c))
             .collect();
-        (room_value(g), members(&s.face, g), subs, g.group_id.clone())
+        (
+            room_value(&s.face, &eng, g),
+            members(&s.face, g),
+            subs,
+            g.group_id.clone(),
+        )
     };
     Ok(json!({
         "room": room,

@@ -1,12 +1,12 @@
 //! The request/response commands: send, thinking, rooms, agents, presence, history, monitor,
-//! status, votes, elections, webhook subscriptions.
+//! status, votes, elections, tasks, webhook subscriptions.
 
 use anyhow::bail;
 use convene_chat::message;
 use serde_json::{json, Map, Value};
 
 use crate::ctx::{print_json, Ctx};
-use crate::{Cmd, ElectionCmd, RoomsCmd, SinceSeq, SubCmd, VoteCmd};
+use crate::{Cmd, ElectionCmd, RoomsCmd, SinceSeq, SubCmd, TaskCmd, VoteCmd};
 
 /// Runs a command that is neither `wait`, `lantern` nor `keygen`.
 pub fn run(ctx: &Ctx, cmd: Cmd) -> anyhow::Result<i32> {
@@ -158,6 +158,7 @@ pub fn run(ctx: &Ctx, cmd: Cmd) -> anyhow::Result<i32> {
         }
         Cmd::Vote(v) => vote(&mut c, v)?,
         Cmd::Election(e) => election(ctx, &mut c, e)?,
+        Cmd::Task(t) => task(ctx, &mut c, t)?,
         Cmd::Sub(s) => sub(ctx, &mut c, s)?,
         Cmd::Wait(_) | Cmd::Lantern(_) | Cmd::Keygen => unreachable!("dispatched in main"),
     }
@@ -418,6 +419,88 @@ fn election(ctx: &Ctx, c: &mut convene_chat::Client, e: ElectionCmd) -> anyhow::
     };
     print_json(&reply);
     Ok(())
+}
+
+fn task(ctx: &Ctx, c: &mut convene_chat::Client, t: TaskCmd) -> anyhow::Result<()> {
+    // Tasks are for members: every form joins the room first.
+    let reply = match t {
+        TaskCmd::Assign {
+            room,
+            title,
+            description,
+            assignee,
+        } => {
+            let r = ctx.room(c, &room)?;
+            let mut p = json!({"room_id": r.id, "title": title});
+            if let Some(d) = description {
+                p["description"] = json!(d);
+            }
+            if let Some(a) = assignee {
+                p["assignee"] = json!(a);
+            }
+            c.request("assign_task", p)?
+        }
+        TaskCmd::Update {
+            room,
+            task_id,
+            status,
+            assignee,
+            note,
+        } => {
+            let r = ctx.room(c, &room)?;
+            // `update_task` names no room: check the task is this room's, so a task id
+            // given with the wrong room is refused instead of changing another room's task.
+            let tasks = c.request("list_tasks", json!({"room_id": r.id}))?;
+            let here = tasks["tasks"]
+                .as_array()
+                .is_some_and(|ts| ts.iter().any(|t| t["task_id"] == task_id.as_str()));
+            if !here {
+                bail!("task_not_found: no task {task_id} in room {room}");
+            }
+            let mut p = json!({"task_id": task_id});
+            for (k, v) in [("status", status), ("assignee", assignee), ("note", note)] {
+                if let Some(v) = v {
+                    p[k] = json!(v);
+                }
+            }
+            c.request("update_task", p)?
+        }
+        TaskCmd::List { room, status, text } => {
+            let r = ctx.room(c, &room)?;
+            let mut p = json!({"room_id": r.id});
+            if let Some(s) = status {
+                p["status"] = json!(s);
+            }
+            let v = c.request("list_tasks", p)?;
+            if text {
+                for t in v["tasks"].as_array().into_iter().flatten() {
+                    println!("{}", task_line(t));
+                }
+                return Ok(());
+            }
+            v
+        }
+    };
+    print_json(&reply);
+    Ok(())
+}
+
+/// `task list --text`: `ID [status] title -> assignee (note)`.
+fn task_line(t: &Value) -> String {
+    let mut s = format!(
+        "{} [{}] {}",
+        t["task_id"].as_str().unwrap_or("?"),
+        t["status"].as_str().unwrap_or("?"),
+        t["title"].as_str().unwrap_or("")
+    );
+    match t["assignee"].as_str() {
+        Some(a) => s.push_str(&format!(" -> {a}")),
+        None => s.push_str(" (unassigned)"),
+    }
+    if let Some(n) = t["note"].as_str().filter(|n| !n.is_empty()) {
+        s.push_str(&format!(" ({n})"));
+    }
+    s
 }
 
 fn sub(ctx: &Ctx, c: &mut convene_chat::Client, s: SubCmd) -> anyhow::Result<()> {

@@ -12,7 +12,7 @@ mod wait;
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{ArgGroup, Args, Parser, Subcommand};
 
 /// Exit code: `wait --idle-timeout` expired.
 pub const EXIT_IDLE: i32 = 2;
@@ -25,7 +25,7 @@ pub const EXIT_USAGE: i32 = 64;
 #[command(
     name = "cowchat",
     version,
-    about = "Cowchat client: rooms, messages, wait, votes, LANTERN"
+    about = "Cowchat client: rooms, messages, wait, votes, tasks, LANTERN"
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -135,6 +135,9 @@ pub enum Cmd {
     /// Leader elections
     #[command(subcommand)]
     Election(ElectionCmd),
+    /// Room tasks: assign, update, list
+    #[command(subcommand)]
+    Task(TaskCmd),
     /// Webhook subscriptions
     #[command(subcommand)]
     Sub(SubCmd),
@@ -280,6 +283,50 @@ pub enum ElectionCmd {
     Decide { room: String, text: String },
 }
 
+/// The task statuses of the spec.
+pub const TASK_STATUSES: [&str; 4] = ["pending", "in_progress", "completed", "blocked"];
+
+#[derive(Subcommand, Debug)]
+pub enum TaskCmd {
+    /// Assign a new task (status pending) in a room
+    Assign {
+        /// Room name or id
+        room: String,
+        #[arg(long)]
+        title: String,
+        #[arg(long)]
+        description: Option<String>,
+        /// Agent id of a room member
+        #[arg(long)]
+        assignee: Option<String>,
+    },
+    /// Change a task's status, assignee and/or note
+    #[command(group(ArgGroup::new("change").required(true).multiple(true).args(["status", "assignee", "note"])))]
+    Update {
+        /// Room name or id (the task must be one of its tasks)
+        room: String,
+        task_id: String,
+        #[arg(long, value_parser = TASK_STATUSES)]
+        status: Option<String>,
+        /// New assignee (agent id of a member; "" unassigns)
+        #[arg(long)]
+        assignee: Option<String>,
+        /// A note kept with the task
+        #[arg(long)]
+        note: Option<String>,
+    },
+    /// The room's tasks, oldest first
+    List {
+        /// Room name or id
+        room: String,
+        #[arg(long, value_parser = TASK_STATUSES)]
+        status: Option<String>,
+        /// One line per task instead of JSON
+        #[arg(long)]
+        text: bool,
+    },
+}
+
 #[derive(Subcommand, Debug)]
 pub enum SubCmd {
     /// Register a webhook subscription
@@ -422,6 +469,24 @@ mod tests {
         ));
         assert!(parse(&["presence", "working", "--progress", "101"]).is_err());
         assert!(parse(&["vote", "create", "r", "t", "--options", "only-one"]).is_err());
+    }
+
+    #[test]
+    fn task_flags() {
+        assert!(parse(&["task", "assign", "r", "--title", "t", "--assignee", "bob"]).is_ok());
+        assert!(
+            parse(&["task", "assign", "r"]).is_err(),
+            "--title is required"
+        );
+        assert!(parse(&["task", "update", "r", "t1", "--status", "in_progress"]).is_ok());
+        assert!(parse(&["task", "update", "r", "t1", "--status", "done"]).is_err());
+        assert!(
+            parse(&["task", "update", "r", "t1"]).is_err(),
+            "an update changes something"
+        );
+        assert!(parse(&["task", "update", "r", "t1", "--note", "n"]).is_ok());
+        assert!(parse(&["task", "list", "r", "--status", "blocked", "--text"]).is_ok());
+        assert!(parse(&["task", "list", "r", "--status", "open"]).is_err());
     }
 
     #[test]

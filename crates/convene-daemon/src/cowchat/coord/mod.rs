@@ -103,7 +103,8 @@ pub(super) fn check_member(face: &Face, room: &str, agent: &str) -> Result<(), W
     Ok(())
 }
 
-/// Rebuilds the projection from every room's coordination events, then settles what came
+/// Rebuilds the projection from every room's coordination events (read through the store's
+/// index of them, so start-up does not grow with the number of messages), then settles what came
 /// due while the daemon was down and arms the remaining timers. Leaders stay: like every
 /// member they get the reconnect window from startup, and leadership ends when it runs out
 /// (`member_gone`).
@@ -117,7 +118,6 @@ pub(super) async fn start(face: &Arc<Face>) {
             .collect()
     };
     let readers = face.d.ledger.readers().clone();
-    let kinds: Vec<String> = state::KINDS.iter().map(|k| k.to_string()).collect();
     let t0 = std::time::Instant::now();
     let n_rooms = rooms.len();
     let read = super::messages::blocking(move || {
@@ -126,7 +126,9 @@ pub(super) async fn start(face: &Arc<Face>) {
         for gid in &rooms {
             let mut at = 0;
             loop {
-                let page = readers.events_after(gid, at, PAGE, &kinds)?;
+                // Only the coordination events (an index of their own): messages and
+                // thinking pulses are never read here.
+                let page = readers.coordination_after(gid, at, PAGE)?;
                 n += page.len();
                 for e in &page {
                     if let Ok(v) = serde_json::from_str::<Value>(&e.json) {

@@ -31,7 +31,8 @@ pub(crate) const TASK_ASSIGNED: &str = "x.cowchat.task.assigned";
 /// Kind of a task change.
 pub(crate) const TASK_UPDATED: &str = "x.cowchat.task.updated";
 
-/// Every kind the projection folds.
+/// Every kind the projection folds (a test checks the start-up rebuild reads them all).
+#[cfg(test)]
 pub(crate) const KINDS: [&str; 9] = [
     VOTE_CREATED,
     VOTE_BALLOT,
@@ -407,6 +408,18 @@ mod tests {
             "t1",
             &json!({"vote_id": "v1", "agent_id": agent, "sealed": "x"}),
         );
+    }
+
+    #[test]
+    fn every_folded_kind_is_in_the_stores_coordination_index() {
+        // The rebuild reads only what `Readers::coordination_after` returns: a kind outside
+        // it would be lost at every restart.
+        for k in KINDS {
+            assert!(convene_store::is_coordination_kind(k), "{k}");
+        }
+        assert!(!convene_store::is_coordination_kind(
+            super::super::super::THINKING_KIND
+        ));
     }
 
     #[test]
