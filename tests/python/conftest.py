@@ -23,6 +23,19 @@ def convene_bin() -> str:
     return b
 
 
+def evidence_prefix() -> list[str]:
+    """The command prefix of `evidence ...`: CONVENE_EVIDENCE_CMD (shell-split, e.g.
+    "convene evidence"), else CONVENE_EVIDENCE_BIN (a binary taking "evidence ..."), else
+    target/debug/convene-evidence."""
+    import shlex
+    cmd = os.environ.get("CONVENE_EVIDENCE_CMD")
+    if cmd:
+        return shlex.split(cmd)
+    target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
+    default = target / "debug" / "convene-evidence"
+    return [os.environ.get("CONVENE_EVIDENCE_BIN", str(default)), "evidence"]
+
+
 class Daemon:
     """A convene daemon process on its own home."""
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shlex
 import shutil
 import socket
 import subprocess
@@ -20,19 +19,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from conftest import evidence_prefix
 
-
-def _prefix() -> list[str]:
-    cmd = os.environ.get("CONVENE_EVIDENCE_CMD")
-    if cmd:
-        return shlex.split(cmd)
-    target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
-    default = target / "debug" / "convene-evidence"
-    return [os.environ.get("CONVENE_EVIDENCE_BIN", str(default)), "evidence"]
-
-
-PREFIX = _prefix()
+PREFIX = evidence_prefix()
 CHECKER = shutil.which("ccs-conformance-check")
 
 pytestmark = [

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import shutil
 import stat
 import subprocess
@@ -19,19 +18,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from conftest import evidence_prefix
 
-
-def _prefix() -> list[str]:
-    cmd = os.environ.get("CONVENE_EVIDENCE_CMD")
-    if cmd:
-        return shlex.split(cmd)
-    target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
-    default = target / "debug" / "convene-evidence"
-    return [os.environ.get("CONVENE_EVIDENCE_BIN", str(default)), "evidence"]
-
-
-PREFIX = _prefix()
+PREFIX = evidence_prefix()
 pytestmark = pytest.mark.skipif(
     shutil.which(PREFIX[0]) is None and not Path(PREFIX[0]).exists() and not os.environ.get("CI"),
     reason=f"evidence binary not built: {PREFIX[0]} (cargo build -p convene-evidence)",
