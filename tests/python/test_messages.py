@@ -128,6 +128,18 @@ def test_CCCS_12_4_client_authored_runtime_delivery_rejected(client, group):
     assert e.code == "permission_denied"
 
 
+def test_namespaces_of_convenes_own_faces_are_not_writable_through_append_event(client, group):
+    # A Cowchat vote or an evidence receipt appended by an IPC client would read as a record
+    # of the Cowchat face or of the tool gate: refused, and nothing is appended.
+    before = client.call("ledger_tail", {"group_id": group, "limit": 1})["events"]
+    for kind in ("x.cowchat.vote.created", "x.cowchat.task.assigned", "x.convene.evidence.receipt"):
+        e = err(client.call, "append_event", {"group_id": group, "kind": kind, "data": {"vote_id": "v"}})
+        assert e.code == "permission_denied", kind
+    assert client.call("ledger_tail", {"group_id": group, "limit": 1})["events"] == before
+    # Other extension namespaces stay open (CCCS-4-1).
+    assert client.call("append_event", {"group_id": group, "kind": "x.cowchatter.note", "data": {}})["event"]
+
+
 def test_CCCS_5_1_3_internal_assistant_only_by_explicit_id(client, group):
     client.actor_add(group_id=group, actor_id="voice", runtime="none")
     client.actor_update(group_id=group, actor_id="voice", patch={"internal": True})

@@ -425,14 +425,29 @@ pub(super) async fn reaction(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
     Ok(json!({"event": c.primary().map(ev_value)}))
 }
 
+/// Extension namespaces that Convene's own faces write: the Cowchat face's votes, ballots,
+/// elections, tasks and pulses (`x.cowchat.`), the tool gate's receipts (`x.convene.`).
+/// The same kinds appended by an IPC client would read as records of those faces.
+const RESERVED_KIND_PREFIXES: &[&str] = &["x.cowchat.", "x.convene."];
+
 pub(super) async fn append(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
+    let kind: String = a.req("kind")?;
+    if let Some(p) = RESERVED_KIND_PREFIXES
+        .iter()
+        .find(|p| kind.starts_with(**p))
+    {
+        return Err(CoreError::denied(format!(
+            "kinds under {p} are written by Convene's own faces, not through append_event"
+        ))
+        .with("kind", kind.as_str()));
+    }
     let data = a.0.get("data").cloned().unwrap_or_else(|| json!({}));
     let c = d
         .ledger
         .execute(Command::AppendExtension {
             group_id: a.req("group_id")?,
             by: a.by()?,
-            kind: a.req("kind")?,
+            kind,
             data,
         })
         .await?;
