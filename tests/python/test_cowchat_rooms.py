@@ -312,3 +312,20 @@ def test_default_tcp_port_is_taken_when_free_and_skipped_when_busy(home):
         assert busy.returncode != 0 and "9229" in busy.stderr
     finally:
         holder.close()
+
+
+def test_a_refused_decision_does_not_use_up_the_message_rate(home):
+    # Decision, send and thinking share the key's message bucket; a decision refused because
+    # the sender is not the leader must not spend it.
+    d = start(home, "--cowchat-messages-per-sec", "1", "--cowchat-message-burst", "2")
+    try:
+        a = CC(d.cowchat_unix)
+        reg(a, "alice")
+        room = a.ok("create_room", {"name": "no-leader"})["room_id"]
+        a.ok("join_room", {"room_id": room})
+        for i in range(5):
+            assert error_code(a.req("decision", {"room_id": room, "content": f"d{i}"})) == "not_leader"
+        for i in range(2):
+            a.ok("send_message", {"room_id": room, "content": f"m{i}"})
+    finally:
+        d.stop()

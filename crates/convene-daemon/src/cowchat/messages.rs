@@ -194,7 +194,15 @@ fn check_sealed(encrypted: bool, content: &str) -> Result<(), WireError> {
 /// Checks that the agent may post `content` to `room_id` now: member, sealed when the room
 /// is encrypted, within its key's message rate. Sizes are checked before (a refused size
 /// takes no token).
+/// A post to `room_id` by this session: membership, the sealed-blob rule of an encrypted
+/// room, then one token of the key's message rate.
 pub(super) fn check_post(s: &Session, room_id: &str, content: &str) -> Result<(), WireError> {
+    check_may_post(s, room_id, content)?;
+    take_message_token(s)
+}
+
+/// Membership and the sealed-blob rule of an encrypted room (no rate token taken).
+pub(super) fn check_may_post(s: &Session, room_id: &str, content: &str) -> Result<(), WireError> {
     let me = s.me();
     {
         let eng = s.face.d.ledger.engine();
@@ -207,6 +215,11 @@ pub(super) fn check_post(s: &Session, room_id: &str, content: &str) -> Result<()
         }
         check_sealed(rooms::is_encrypted(g), content)?;
     }
+    Ok(())
+}
+
+/// One token of the key's message rate (send, thinking and decision share it).
+pub(super) fn take_message_token(s: &Session) -> Result<(), WireError> {
     let allowed = s
         .face
         .live

@@ -165,7 +165,7 @@ pub(in super::super) async fn decision(
 ) -> Result<Value, WireError> {
     let d: RoomContent = parse(payload)?;
     d.validate_with(&s.limits().sizes())?;
-    messages::check_post(s, &d.room_id, &d.content)?;
+    messages::check_may_post(s, &d.room_id, &d.content)?;
     let (me, name) = who(s);
     // `leader_elected` may have reached the leader before its event was folded.
     let _settled = s.face.coord.write.lock().await;
@@ -182,6 +182,8 @@ pub(in super::super) async fn decision(
             format!("{me} is not the elected leader of {}", d.room_id),
         ));
     }
+    // Only now: a refused decision does not use up the key's message rate.
+    messages::take_message_token(s)?;
     let mut md = d.metadata.unwrap_or_default();
     md.insert("type".into(), json!("decision"));
     let mut cc = Map::new();
