@@ -693,6 +693,8 @@ fn verifier(a: &[String]) -> Result<i32, Fail> {
         return Err(Fail::Usage(format!("unknown verifier subcommand {cmd}")));
     }
     let args = Args::parse(rest).map_err(Fail::Usage)?;
+    // The file's version before it is read: a change while starting is picked up at once.
+    let built_from = crate::live::file_version(Path::new(args.req("key")?));
     let v = build_verifier(&args, DeploymentMode::OutOfProcess)?;
     let socket = PathBuf::from(args.req("socket")?);
     let max = match args.get("max-conns") {
@@ -721,7 +723,12 @@ fn verifier(a: &[String]) -> Result<i32, Fail> {
             None
         }
     };
-    let live = Arc::new(LiveVerifier::watching(v, &key, Box::new(rebuild)));
+    let live = Arc::new(LiveVerifier::watching_since(
+        v,
+        &key,
+        built_from,
+        Box::new(rebuild),
+    ));
     eprintln!("verifier listening on {}", socket.display());
     server::serve(live, &socket, max)?;
     // Give in-flight connections a moment before the process exits.
