@@ -31,6 +31,9 @@ pub enum Refused {
     /// The host resolved to nothing.
     #[error("webhook_url host {0} does not resolve")]
     NoAddress(String),
+    /// The name lookup did not answer in time.
+    #[error("webhook_url host {0} did not resolve within {1:?}")]
+    Slow(String, std::time::Duration),
     /// The host resolved to an address webhooks may not reach.
     #[error(
         "webhook_url host {host} resolves to {addr} ({why}); only public addresses are allowed"
@@ -223,15 +226,38 @@ fn forbidden_v6(ip: Ipv6Addr) -> Option<&'static str> {
     None
 }
 
+/// How long a name lookup may take before the delivery attempt (or the `subscribe`) fails:
+/// the attempt holds a concurrency slot meanwhile.
+pub const RESOLVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Resolves `t` once and checks every address; the first one is returned to connect to.
 /// With `allow_local` (test-only setting) nothing is refused.
 pub async fn resolve(t: &Target, allow_local: bool) -> Result<SocketAddr, Refused> {
+    resolve_with(t, allow_local, RESOLVE_TIMEOUT, |host, port| async move {
+        tokio::net::lookup_host((host.as_str(), port))
+            .await
+            .map(Iterator::collect)
+    })
+    .await
+}
+
+/// [`resolve`] with the name lookup and its deadline given.
+async fn resolve_with<F, Fut>(
+    t: &Target,
+    allow_local: bool,
+    deadline: std::time::Duration,
+    lookup: F,
+) -> Result<SocketAddr, Refused>
+where
+    F: FnOnce(String, u16) -> Fut,
+    Fut: std::future::Future<Output = std::io::Result<Vec<SocketAddr>>>,
+{
     let addrs: Vec<SocketAddr> = match t.host.parse::<IpAddr>() {
         Ok(ip) => vec![SocketAddr::new(ip, t.port)],
-        Err(_) => tokio::net::lookup_host((t.host.as_str(), t.port))
+        Err(_) => tokio::time::timeout(deadline, lookup(t.host.clone(), t.port))
             .await
-            .map_err(|_| Refused::NoAddress(t.host.clone()))?
-            .collect(),
+            .map_err(|_| Refused::Slow(t.host.clone(), deadline))?
+            .map_err(|_| Refused::NoAddress(t.host.clone()))?,
     };
     if !allow_local {
         for a in &addrs {
@@ -383,5 +409,26 @@ mod tests {
         // A name resolving to loopback is judged by its addresses, not its spelling.
         let t = parse_url("http://localhost:9/").unwrap();
         assert!(resolve(&t, false).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_name_lookup_that_does_not_answer_fails_at_the_deadline() {
+        let t = parse_url("https://hooks.example.com/in").unwrap();
+        let slow = |_: String, _: u16| async {
+            tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
+            Ok(vec![])
+        };
+        let started = std::time::Instant::now();
+        let r = resolve_with(&t, false, std::time::Duration::from_millis(50), slow).await;
+        assert!(
+            matches!(r, Err(Refused::Slow(ref h, _)) if h == "hooks.example.com"),
+            "{r:?}"
+        );
+        assert!(started.elapsed() < std::time::Duration::from_secs(60));
+        // A lookup that answers in time is checked as before.
+        let fast =
+            |_: String, p: u16| async move { Ok(vec![SocketAddr::from(([10, 0, 0, 1], p))]) };
+        let r = resolve_with(&t, false, std::time::Duration::from_secs(5), fast).await;
+        assert!(matches!(r, Err(Refused::Forbidden { .. })), "{r:?}");
     }
 }
