@@ -467,10 +467,15 @@ def test_destroying_the_room_removes_its_subscriptions(hooked, rx):
         time.sleep(0.05)
 
 
-@pytest.mark.parametrize("cap", [2, None])
-def test_global_concurrency_cap_bounds_in_flight_posts_and_keeps_each_order(home, rx, cap):
+@pytest.mark.parametrize("cap,per_host,expected", [
+    (["--cowchat-webhook-concurrency", "2"], [], 2),  # the global cap binds
+    ([], ["--cowchat-webhook-per-host", "3"], 3),  # the per-host cap binds
+    ([], [], 4),  # defaults: 16 overall, 4 per host
+    ([], ["--cowchat-webhook-per-host", "16"], 5),  # one attempt per subscription
+], ids=["global-2", "per-host-3", "defaults", "per-subscription"])
+def test_concurrency_caps_bound_in_flight_posts_and_keep_each_order(home, rx, cap, per_host, expected):
     subs, per = 5, 4
-    d = start(home, flags() + (["--cowchat-webhook-concurrency", str(cap)] if cap else []))
+    d = start(home, flags() + cap + per_host)
     try:
         c, room = setup_room(home)
         sent = [c.post(room, f"m{i}")["seq"] for i in range(per)]
@@ -478,9 +483,8 @@ def test_global_concurrency_cap_bounds_in_flight_posts_and_keeps_each_order(home
         rx.gate.clear()
         for i in range(subs):
             subscribe(c, room, rx.url(f"/s{i}"), since_seq=0)
-        # One attempt per subscription at a time, and never more than the cap overall
-        # (the default cap, 16, is above the number of subscriptions).
-        expected = min(cap or 16, subs)
+        # One attempt per subscription at a time, never more than the global cap overall,
+        # nor more than the per-host cap to this receiver (all subscriptions share its host).
         rx.wait(lambda: rx.inflight >= expected)
         with pytest.raises(TimeoutError):
             rx.wait(lambda: rx.inflight > expected, timeout=1.0)

@@ -623,3 +623,79 @@ fn task_commands_refuse_bad_input() {
         .unwrap()
         .is_empty());
 }
+
+/// A local HTTP receiver: answers every request 204 and hands each request (head and body)
+/// to the test.
+fn webhook_receiver() -> (String, std::sync::mpsc::Receiver<String>) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://127.0.0.1:{}/hook", l.local_addr().unwrap().port());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            let mut r = BufReader::new(s);
+            let (mut head, mut len) = (String::new(), 0usize);
+            loop {
+                let mut line = String::new();
+                if r.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    len = v.trim().parse().unwrap_or(0);
+                }
+                head.push_str(&line);
+            }
+            let mut body = vec![0; len];
+            let _ = r.read_exact(&mut body);
+            let _ = r
+                .get_mut()
+                .write_all(b"HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n");
+            let _ = tx.send(head + "\r\n" + &String::from_utf8_lossy(&body));
+        }
+    });
+    (url, rx)
+}
+
+#[test]
+fn sub_create_list_and_delete_through_the_cli() {
+    let d = Daemon::start_args(None, &["--cowchat-webhooks-allow-local"]);
+    create_room(&d, "alice", "hooks", &[]);
+    send(&d, "alice", "hooks", "before the subscription", &[]);
+    let (url, got) = webhook_receiver();
+    let sub = |args: &[&str]| -> Value {
+        let mut c = d.cow("alice");
+        c.arg("sub").args(args);
+        serde_json::from_str(ok(c).trim()).unwrap()
+    };
+    let s = sub(&[
+        "create",
+        "hooks",
+        "--url",
+        &url,
+        "--secret",
+        "s3cret",
+        "--since-seq",
+        "0",
+    ]);
+    let id = s["subscription_id"].as_str().unwrap().to_string();
+    assert_eq!(s["status"], "active", "{s}");
+    // The backlog (--since-seq 0) is delivered: a signed Standard Webhooks POST.
+    let req = got.recv_timeout(Duration::from_secs(30)).unwrap();
+    let lower = req.to_ascii_lowercase();
+    assert!(lower.starts_with("post /hook "), "{req}");
+    assert!(lower.contains("webhook-signature: v1,"), "{req}");
+    assert!(req.contains("before the subscription"), "{req}");
+    let listed = sub(&["list", "--room", "hooks"]);
+    let ids: Vec<&str> = listed["subscriptions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["subscription_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, vec![id.as_str()]);
+    sub(&["delete", &id]);
+    assert_eq!(sub(&["list"])["subscriptions"], Value::Array(vec![]));
+    // Nothing is delivered after the delete.
+    send(&d, "alice", "hooks", "after the delete", &[]);
+    assert!(got.recv_timeout(Duration::from_millis(500)).is_err());
+}

@@ -59,6 +59,11 @@ enum Cmd {
         #[arg(long, default_value_t = 16,
               value_parser = clap::value_parser!(u16).range(1..=4096))]
         cowchat_webhook_concurrency: u16,
+        /// Of those, at most this many to one host (host and port as written in the URL),
+        /// so one slow receiver cannot take every slot.
+        #[arg(long, default_value_t = 4,
+              value_parser = clap::value_parser!(u16).range(1..=4096))]
+        cowchat_webhook_per_host: u16,
         /// TEST ONLY: let Cowchat webhooks reach loopback and private addresses (disables
         /// the SSRF guard). Never use on a daemon reachable by untrusted clients.
         #[arg(long)]
@@ -190,6 +195,7 @@ fn main() -> Result<()> {
             cowchat_ws,
             cowchat: l,
             cowchat_webhook_concurrency,
+            cowchat_webhook_per_host,
             cowchat_webhooks_allow_local,
             cowchat_webhooks_retry_unit_ms,
             cowchat_webhooks_ca_file,
@@ -214,6 +220,7 @@ fn main() -> Result<()> {
             cfg.cowchat_ws = cowchat_ws;
             cfg.cowchat_webhooks.allow_local = cowchat_webhooks_allow_local;
             cfg.cowchat_webhooks.concurrency = cowchat_webhook_concurrency.into();
+            cfg.cowchat_webhooks.per_host = cowchat_webhook_per_host.into();
             cfg.cowchat_webhooks.extra_ca = cowchat_webhooks_ca_file;
             if let Some(ms) = cowchat_webhooks_timeout_ms {
                 cfg.cowchat_webhooks.timeout = Duration::from_millis(ms.max(1));

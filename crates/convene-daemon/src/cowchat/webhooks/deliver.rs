@@ -235,6 +235,12 @@ async fn deliver(
         // A slot for this attempt only (the name check and the POST): never held across
         // the store writes or a retry's wait, so a failing target ties up no slot between
         // attempts. The semaphore is never closed.
+        // The host's slot first: waiting for a busy host holds none of the global slots.
+        let host = h.host_slots(target);
+        let host_slot = host
+            .acquire()
+            .await
+            .map_err(|e| HookError::Join(e.to_string()))?;
         let slot = h
             .slots
             .acquire()
@@ -247,6 +253,7 @@ async fn deliver(
             Err(e) => Err(e.to_string()),
         };
         drop(slot);
+        drop(host_slot);
         match res {
             Ok(_) => {
                 let (id, c) = (sub.id.clone(), seq);

@@ -35,8 +35,10 @@ const MAX_LIST: usize = 64;
 const MAX_SECRET: usize = 1024;
 /// Default of [`Options::concurrency`].
 pub const DEFAULT_CONCURRENCY: usize = 16;
-/// Largest accepted [`Options::concurrency`].
+/// Largest accepted [`Options::concurrency`] and [`Options::per_host`].
 pub const MAX_CONCURRENCY: usize = 4096;
+/// Default of [`Options::per_host`].
+pub const DEFAULT_PER_HOST: usize = 4;
 
 /// Webhook delivery settings.
 #[derive(Debug, Clone)]
@@ -53,6 +55,9 @@ pub struct Options {
     /// Delivery attempts in flight at once across all subscriptions (1 to
     /// [`MAX_CONCURRENCY`]; `serve --cowchat-webhook-concurrency`).
     pub concurrency: usize,
+    /// Of those, attempts in flight to one host (host and port as written in the URL; 1 to
+    /// [`MAX_CONCURRENCY`]; `serve --cowchat-webhook-per-host`).
+    pub per_host: usize,
 }
 
 impl Default for Options {
@@ -63,6 +68,7 @@ impl Default for Options {
             timeout: Duration::from_secs(10),
             extra_ca: None,
             concurrency: DEFAULT_CONCURRENCY,
+            per_host: DEFAULT_PER_HOST,
         }
     }
 }
@@ -100,9 +106,21 @@ pub struct Hooks {
     /// One permit per delivery attempt in flight (the global cap). Tokio's semaphore is
     /// fair (FIFO), so a busy subscription cannot starve the others.
     slots: tokio::sync::Semaphore,
+    /// The per-host caps, one semaphore per `host:port` ever delivered to (bounded by the
+    /// subscriptions' targets).
+    hosts: Mutex<HashMap<String, Arc<tokio::sync::Semaphore>>>,
 }
 
 impl Hooks {
+    /// The cap of attempts in flight to `t`'s host.
+    fn host_slots(&self, t: &ssrf::Target) -> Arc<tokio::sync::Semaphore> {
+        self.hosts
+            .lock()
+            .entry(format!("{}:{}", t.host.to_ascii_lowercase(), t.port))
+            .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(self.opts.per_host)))
+            .clone()
+    }
+
     /// Runs a store call off the async threads.
     async fn db<T: Send + 'static>(
         &self,
@@ -144,6 +162,12 @@ pub fn start(d: Arc<Daemon>, home: &Path, opts: Options) -> Result<Arc<Hooks>, H
             opts.concurrency
         )));
     }
+    if !(1..=MAX_CONCURRENCY).contains(&opts.per_host) {
+        return Err(HookError::Config(format!(
+            "webhook per-host concurrency must be between 1 and {MAX_CONCURRENCY} (got {})",
+            opts.per_host
+        )));
+    }
     let tls = tls::Tls::new(opts.extra_ca.as_deref()).map_err(HookError::Tls)?;
     let store = Arc::new(Store::open(&home.join("cowchat").join("webhooks.db"))?);
     let active = store.active()?;
@@ -151,6 +175,7 @@ pub fn start(d: Arc<Daemon>, home: &Path, opts: Options) -> Result<Arc<Hooks>, H
         d,
         store,
         slots: tokio::sync::Semaphore::new(opts.concurrency),
+        hosts: Mutex::new(HashMap::new()),
         opts,
         tls,
         tasks: Mutex::new(HashMap::new()),
