@@ -23,6 +23,20 @@ def convene_bin() -> str:
     return b
 
 
+def kill9_under_load(d: "Daemon", writer, writers: int, stop, secs: float = 1.5) -> None:
+    """Runs `writer(k)` on `writers` threads, kills the daemon with SIGKILL after `secs`,
+    then sets `stop` and waits for every writer to return."""
+    import threading
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(writers)]
+    for t in threads:
+        t.start()
+    time.sleep(secs)
+    d.kill9()
+    stop.set()
+    for t in threads:
+        t.join()
+
+
 def evidence_prefix() -> list[str]:
     """The command prefix of `evidence ...`: CONVENE_EVIDENCE_CMD (shell-split, e.g.
     "convene evidence"), else CONVENE_EVIDENCE_BIN (a binary taking "evidence ..."), else

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from conftest import Daemon
+from conftest import Daemon, kill9_under_load
 from test_cowchat import CC, cow, error_code, make_room  # noqa: F401 (cow is a fixture)
 
 
@@ -168,14 +168,7 @@ def test_kill9_during_pipelined_sends_loses_no_acknowledged_message(home):
         except (OSError, EOFError, ValueError):
             return  # the daemon died mid-window: what was not answered was not acknowledged
 
-    threads = [threading.Thread(target=writer, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    time.sleep(1.5)
-    d.kill9()
-    stop.set()
-    for t in threads:
-        t.join()
+    kill9_under_load(d, writer, 4, stop)
     assert len(acked) > 200, len(acked)
 
     d = Daemon(home).start()

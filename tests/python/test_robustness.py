@@ -6,7 +6,7 @@ import time
 
 from cccc_sdk import CCCCClient
 
-from conftest import Daemon
+from conftest import Daemon, kill9_under_load
 
 
 class Conn:
@@ -48,14 +48,7 @@ def test_kill9_during_concurrent_appends_loses_no_acknowledged_event(home):
                     acked.append((r["result"]["event"]["id"], r["result"]["event"]["seq"]))
             i += 1
 
-    threads = [threading.Thread(target=writer, args=(k,)) for k in range(8)]
-    for t in threads:
-        t.start()
-    time.sleep(1.5)
-    d.kill9()
-    stop.set()
-    for t in threads:
-        t.join()
+    kill9_under_load(d, writer, 8, stop)
     assert len(acked) > 100
     d2 = Daemon(home).start()
     try:
