@@ -456,7 +456,7 @@ pub fn action_for(tool: &str, params_hash: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use serde_json::json;
 
@@ -528,7 +528,7 @@ mod tests {
     }
 
     /// The pre-optimization §4.2 payload, kept as the reference.
-    fn signed_bytes_reference(r: &Receipt) -> String {
+    pub(crate) fn signed_bytes_reference(r: &Receipt) -> String {
         use crate::jcs::format_python_float as p;
         format!(
             "{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}",

@@ -79,26 +79,8 @@ fn ccs_4_2_1_hmac_matches_reference_payload() {
         .issue(&intake("search_web", json!({"query":"x"})))
         .unwrap()
         .receipt;
-    let payload = format!(
-        "{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}",
-        r.trace_id,
-        "allow",
-        crate::jcs::format_python_float(r.timestamp),
-        r.tool,
-        r.params_hash,
-        r.rule_summary,
-        r.request_hash,
-        r.response_hash,
-        r.runtime_context_hash,
-        r.action,
-        r.config_hash,
-        r.issuer,
-        r.audience,
-        r.nonce,
-        r.sequence,
-        crate::jcs::format_python_float(r.issued_at),
-        crate::jcs::format_python_float(r.expires_at)
-    );
+    assert_eq!(r.verdict, crate::receipt::Verdict::Allow);
+    let payload = crate::receipt::tests::signed_bytes_reference(&r);
     let mut mac = Hmac::<sha2::Sha256>::new_from_slice(v.keys().hmac_secret()).unwrap();
     mac.update(payload.as_bytes());
     assert_eq!(hex::encode(mac.finalize().into_bytes())[..32], r.receipt);
