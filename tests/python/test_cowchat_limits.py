@@ -185,3 +185,15 @@ def test_limits_cli_names_existing_keys_and_removes_limits_with_their_key(home):
     auth(home, "add-key", "team-b")
     shown = json.loads(run_cli(home, "--json", "auth", "show-limits", "team-b").stdout)
     assert shown["limits"] == {k: None for k in DEFAULTS}
+
+
+def test_cli_errors_are_one_line_even_with_rust_backtrace_set(home):
+    import os
+    import subprocess
+    from conftest import convene_bin
+    p = subprocess.run([convene_bin(), "--home", str(home), "auth", "show-limits", "nosuchkey"],
+                       capture_output=True, timeout=60, env={**os.environ, "RUST_BACKTRACE": "1"})
+    err = p.stderr.decode()
+    assert p.returncode == 1
+    assert err.startswith("Error: ") and "nosuchkey" in err, err
+    assert "backtrace" not in err.lower() and len(err.strip().splitlines()) == 1, err

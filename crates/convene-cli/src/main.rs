@@ -166,7 +166,16 @@ fn disable_thp() {
     }
 }
 
-fn main() -> Result<()> {
+fn main() {
+    // Errors print as one line with their causes (`{:#}`): the `Debug` form a `Result` from
+    // `main` would print adds a stack backtrace whenever RUST_BACKTRACE is set.
+    if let Err(e) = real_main() {
+        eprintln!("Error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn real_main() -> Result<()> {
     disable_thp();
     // `convene evidence …` and `convene verifier …` belong to the CCS evidence crate's CLI.
     let argv: Vec<String> = std::env::args().collect();
