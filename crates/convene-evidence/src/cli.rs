@@ -694,7 +694,8 @@ fn verifier(a: &[String]) -> Result<i32, Fail> {
     }
     let args = Args::parse(rest).map_err(Fail::Usage)?;
     // The file's version before it is read: a change while starting is picked up at once.
-    let built_from = crate::live::file_version(Path::new(args.req("key")?));
+    let key = PathBuf::from(args.req("key")?);
+    let built_from = crate::live::file_version(&key);
     let v = build_verifier(&args, DeploymentMode::OutOfProcess)?;
     let socket = PathBuf::from(args.req("socket")?);
     let max = match args.get("max-conns") {
@@ -705,7 +706,6 @@ fn verifier(a: &[String]) -> Result<i32, Fail> {
         None => None,
     };
     // A rotation step on the key file takes effect while serving (crate::live).
-    let key = PathBuf::from(args.req("key")?);
     let rebuild = move || match build_verifier(&args, DeploymentMode::OutOfProcess) {
         Ok(v) => {
             let phase = v.next_keys().map_or("single key", |_| "dual-sign");

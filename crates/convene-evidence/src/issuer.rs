@@ -203,6 +203,13 @@ pub struct Verifier {
     fault: Option<FaultHook>,
 }
 
+/// Adds the entries of `from` to `into` (`into` belongs to a verifier nobody else holds yet).
+fn carry<V: Clone>(from: &Mutex<HashMap<String, V>>, into: &Mutex<HashMap<String, V>>) {
+    if let (Ok(from), Ok(mut into)) = (from.lock(), into.lock()) {
+        into.extend(from.iter().map(|(k, v)| (k.clone(), v.clone())));
+    }
+}
+
 /// Current Unix time with microsecond resolution.
 pub fn now_unix() -> f64 {
     let d = std::time::SystemTime::now()
@@ -349,19 +356,10 @@ impl Verifier {
     /// file (a rotation step): the sequence never goes back, and open challenges and
     /// indeterminate outcomes stay open.
     pub fn continue_from(self, old: &Verifier) -> Self {
-        let seq = old.sequence.load(Ordering::SeqCst);
-        self.sequence.fetch_max(seq, Ordering::SeqCst);
-        let copy = |m: &Mutex<HashMap<String, String>>| m.lock().map(|g| g.clone()).ok();
-        if let Some(open) = copy(&old.open_indeterminate) {
-            if let Ok(mut mine) = self.open_indeterminate.lock() {
-                mine.extend(open);
-            }
-        }
-        if let Ok(open) = old.open_challenges.lock() {
-            if let Ok(mut mine) = self.open_challenges.lock() {
-                mine.extend(open.iter().map(|(k, v)| (k.clone(), *v)));
-            }
-        }
+        self.sequence
+            .fetch_max(old.sequence.load(Ordering::SeqCst), Ordering::SeqCst);
+        carry(&old.open_indeterminate, &self.open_indeterminate);
+        carry(&old.open_challenges, &self.open_challenges);
         self
     }
 

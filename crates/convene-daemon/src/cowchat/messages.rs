@@ -192,10 +192,8 @@ fn check_sealed(encrypted: bool, content: &str) -> Result<(), WireError> {
 }
 
 /// Checks that the agent may post `content` to `room_id` now: member, sealed when the room
-/// is encrypted, within its key's message rate. Sizes are checked before (a refused size
-/// takes no token).
-/// A post to `room_id` by this session: membership, the sealed-blob rule of an encrypted
-/// room, then one token of the key's message rate.
+/// is encrypted, then one token of its key's message rate. Sizes are checked before (a
+/// refused size takes no token).
 pub(super) fn check_post(s: &Session, room_id: &str, content: &str) -> Result<(), WireError> {
     check_may_post(s, room_id, content)?;
     take_message_token(s)

@@ -129,7 +129,7 @@ pub fn run(ctx: &Ctx, a: &WaitArgs) -> anyhow::Result<i32> {
         ended: false,
         own_included: false,
     };
-    w.run(&a.room, true)
+    w.run(&a.room)
 }
 
 /// `history ROOM --follow`: stream every message (own included) after `after`.
@@ -153,15 +153,15 @@ pub fn follow_history(ctx: &Ctx, room: &str, after: u64, text: bool) -> anyhow::
         ended: false,
         own_included: true,
     };
-    w.run(room, false)
+    w.run(room)
 }
 
 impl Waiter<'_> {
-    fn run(&mut self, room: &str, filter_self: bool) -> anyhow::Result<i32> {
+    fn run(&mut self, room: &str) -> anyhow::Result<i32> {
         let mut backoff = BACKOFF_MIN;
         let mut first = true;
         loop {
-            match self.session(room, filter_self) {
+            match self.session(room) {
                 Ok(End::Woke) => return Ok(0),
                 Ok(End::Timeout) => {
                     eprintln!("wait: timed out");
@@ -201,9 +201,10 @@ impl Waiter<'_> {
     }
 
     /// One connection's worth of waiting.
-    fn session(&mut self, room: &str, filter_self: bool) -> anyhow::Result<End> {
+    fn session(&mut self, room: &str) -> anyhow::Result<End> {
         let mut c = self.ctx.connect()?;
-        if filter_self {
+        // Own messages are filtered unless they are shown (`history --follow`).
+        if !self.own_included {
             self.filter.self_id = c.agent_id.clone();
         }
         let r = self.ctx.room(&mut c, room)?;

@@ -232,10 +232,10 @@ async fn deliver(
             ("webhook-timestamp", ts_s.as_str()),
             ("webhook-signature", sig.as_str()),
         ];
-        // A slot for this attempt only (the name check and the POST): never held across
+        // Slots for this attempt only (the name check and the POST): never held across
         // the store writes or a retry's wait, so a failing target ties up no slot between
-        // attempts. The semaphore is never closed.
-        // The host's slot first: waiting for a busy host holds none of the global slots.
+        // attempts. The host's slot first: waiting for a busy host holds no global slot.
+        // The semaphores are never closed.
         let host = h.host_slots(target);
         let host_slot = host
             .acquire()

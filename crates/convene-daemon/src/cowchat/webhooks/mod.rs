@@ -156,17 +156,15 @@ pub fn start(d: Arc<Daemon>, home: &Path, opts: Options) -> Result<Arc<Hooks>, H
             "cowchat webhooks may reach loopback and private addresses (test-only setting)"
         );
     }
-    if !(1..=MAX_CONCURRENCY).contains(&opts.concurrency) {
-        return Err(HookError::Config(format!(
-            "webhook concurrency must be between 1 and {MAX_CONCURRENCY} (got {})",
-            opts.concurrency
-        )));
-    }
-    if !(1..=MAX_CONCURRENCY).contains(&opts.per_host) {
-        return Err(HookError::Config(format!(
-            "webhook per-host concurrency must be between 1 and {MAX_CONCURRENCY} (got {})",
-            opts.per_host
-        )));
+    for (what, n) in [
+        ("concurrency", opts.concurrency),
+        ("per-host concurrency", opts.per_host),
+    ] {
+        if !(1..=MAX_CONCURRENCY).contains(&n) {
+            return Err(HookError::Config(format!(
+                "webhook {what} must be between 1 and {MAX_CONCURRENCY} (got {n})"
+            )));
+        }
     }
     let tls = tls::Tls::new(opts.extra_ca.as_deref()).map_err(HookError::Tls)?;
     let store = Arc::new(Store::open(&home.join("cowchat").join("webhooks.db"))?);
