@@ -5,16 +5,10 @@ use convene_core::{Command, Engine, Limits, SendArgs};
 use convene_store::{is_coordination_kind, RawEvent, Readers};
 use serde_json::json;
 
+mod common;
+
 fn run(w: &mut convene_store::Writer, eng: &mut Engine, cmd: Command) -> convene_core::Outcome {
-    let tx = w.begin().unwrap();
-    let out = {
-        let view = convene_store::WriterView::new(&tx);
-        eng.execute(&view, cmd, time::OffsetDateTime::now_utc())
-            .unwrap()
-    };
-    convene_store::apply(&tx, &out).unwrap();
-    tx.commit().unwrap();
-    out
+    common::run(w, eng, cmd, true)
 }
 
 fn group(w: &mut convene_store::Writer, eng: &mut Engine, title: &str) -> String {

@@ -4,31 +4,13 @@ use convene_core::view::LedgerView;
 use convene_core::{Command, Engine, Limits, SendArgs};
 use serde_json::{json, Map};
 
+mod common;
+use common::run;
+
 fn setup() -> (tempfile::TempDir, std::path::PathBuf) {
     let d = tempfile::tempdir().unwrap();
     let p = d.path().join("ledger.sqlite");
     (d, p)
-}
-
-fn run(
-    w: &mut convene_store::Writer,
-    eng: &mut Engine,
-    cmd: Command,
-    commit: bool,
-) -> convene_core::Outcome {
-    let tx = w.begin().unwrap();
-    let out = {
-        let view = convene_store::WriterView::new(&tx);
-        eng.execute(&view, cmd, time::OffsetDateTime::now_utc())
-            .unwrap()
-    };
-    convene_store::apply(&tx, &out).unwrap();
-    if commit {
-        tx.commit().unwrap();
-    } else {
-        tx.rollback().unwrap();
-    }
-    out
 }
 
 #[test]
