@@ -20,6 +20,8 @@ def history_queries(room: str, ids: list[str], seqs: list[int]) -> list[dict]:
         {"room_id": room, "limit": 5, "since_seq": seqs[2]},
         {"room_id": room, "limit": 1000, "since": ids[3]},
         {"room_id": room, "since_seq": seqs[-1]},
+        {"room_id": room, "limit": 3, "since_seq": seqs[1], "before": seqs[9]},
+        {"room_id": room, "limit": 100, "since_seq": seqs[1], "before": ids[4]},
     ]
 
 
@@ -52,6 +54,9 @@ def test_history_from_memory_matches_the_store_after_a_restart(home):
     assert [m["content"] for m in live[2]["messages"]].count("pondering") == 1
     assert "private" not in [m["content"] for m in live[2]["messages"]]
     assert live[1]["has_more"] is True and live[8] == {"room_id": room, "messages": [], "has_more": False}
+    # Both bounds: the oldest messages after since_seq, none at or after `before`.
+    assert [m["seq"] for m in live[9]["messages"]] == seqs[2:5]
+    assert [m["seq"] for m in live[10]["messages"]] == seqs[2:4]
     a.close()
     b.close()
     d.stop()

@@ -115,6 +115,17 @@ impl Feed {
         max: usize,
         take: impl Fn(&FeedEvent) -> bool,
     ) -> Option<Vec<Arc<FeedEvent>>> {
+        self.scan_between(cursor, 0, max, take)
+    }
+
+    /// As [`Feed::scan_after`], stopping before `seq == before` (no bound when it is 0).
+    pub fn scan_between(
+        &self,
+        cursor: u64,
+        before: u64,
+        max: usize,
+        take: impl Fn(&FeedEvent) -> bool,
+    ) -> Option<Vec<Arc<FeedEvent>>> {
         let buf = self.buf.lock();
         let first = buf.events.front().map(|e| e.seq)?;
         if cursor + 1 < first {
@@ -123,7 +134,7 @@ impl Feed {
         let skip = (cursor + 1 - first) as usize;
         let mut out = Vec::new();
         for e in buf.events.iter().skip(skip) {
-            if out.len() == max {
+            if out.len() == max || (before != 0 && e.seq >= before) {
                 break;
             }
             if take(e) {
@@ -316,6 +327,8 @@ mod tests {
         assert_eq!(seqs(f.scan_before(0, 2, |_| true).unwrap()), vec![5, 6]);
         assert!(f.scan_after(1, 10, |_| true).is_none());
         assert_eq!(seqs(f.scan_after(2, 2, |_| true).unwrap()), vec![3, 4]);
+        assert_eq!(seqs(f.scan_between(2, 4, 9, |_| true).unwrap()), vec![3]);
+        assert_eq!(seqs(f.scan_between(2, 0, 9, |_| true).unwrap()), vec![3, 4, 5, 6]);
     }
 
     #[test]

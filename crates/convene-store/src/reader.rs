@@ -136,8 +136,34 @@ impl Readers {
         limit: usize,
         kinds: &[String],
     ) -> Result<Vec<RawEvent>> {
-        let p = vec![group_id.to_string().into(), (after as i64).into()];
-        self.with(|c| select(c, "group_id = ?1 AND seq > ?2", "ASC", p, limit, kinds))
+        self.events_between(group_id, after, 0, limit, kinds)
+    }
+
+    /// Events with `after < seq < before` (no upper bound when `before` is 0), ascending, at
+    /// most `limit`, optionally filtered by kind.
+    pub fn events_between(
+        &self,
+        group_id: &str,
+        after: u64,
+        before: u64,
+        limit: usize,
+        kinds: &[String],
+    ) -> Result<Vec<RawEvent>> {
+        let p = vec![
+            group_id.to_string().into(),
+            (after as i64).into(),
+            upper(before).into(),
+        ];
+        self.with(|c| {
+            select(
+                c,
+                "group_id = ?1 AND seq > ?2 AND seq < ?3",
+                "ASC",
+                p,
+                limit,
+                kinds,
+            )
+        })
     }
 
     /// Cowchat coordination events (every `x.cowchat.*` kind but `x.cowchat.thinking`) with

@@ -399,7 +399,8 @@ async fn seq_of(readers: &Arc<Readers>, gid: &str, id: &str) -> Result<u64, Wire
 }
 
 /// `get_history`: without a lower bound, the newest `limit` messages (before `before`);
-/// with `since` (a message id) or `since_seq`, the oldest `limit` messages after it. Always
+/// with `since` (a message id) or `since_seq`, the oldest `limit` messages after it (and
+/// before `before`, when both are given). Always
 /// oldest first. Returns the whole `ok` frame line answering `reply_to`, written in one
 /// buffer (a page of 10,000 messages is ~2.5 MB: it is not copied again).
 pub(super) async fn get_history(
@@ -452,10 +453,10 @@ pub(super) async fn get_history(
     }
     blocking(move || {
         let rows = match after {
-            Some(a) => readers.events_after(&gid, a, limit, &msg_kinds())?,
+            Some(a) => readers.events_between(&gid, a, before.unwrap_or(0), limit, &msg_kinds())?,
             None => readers.events_before(&gid, before.unwrap_or(0), limit, &msg_kinds())?,
         };
-        Ok(render_history(&head, &rows, limit, before))
+        Ok(render_history(&head, &rows, limit))
     })
     .await
 }
@@ -472,7 +473,7 @@ fn history_from_memory(
 ) -> Option<Vec<u8>> {
     let is_msg = |e: &FeedEvent| e.kind == kinds::CHAT_MESSAGE || e.kind == THINKING_KIND;
     let evs = match after {
-        Some(a) => feed.scan_after(a, limit, is_msg)?,
+        Some(a) => feed.scan_between(a, before.unwrap_or(0), limit, is_msg)?,
         None => feed.scan_before(before.unwrap_or(0), limit, is_msg)?,
     };
     let mut page = HistoryPage::new(head, evs.len() * 256);
@@ -482,17 +483,9 @@ fn history_from_memory(
     Some(page.finish(evs.len() == limit))
 }
 
-fn render_history(
-    head: &FrameHead,
-    rows: &[RawEvent],
-    limit: usize,
-    before: Option<u64>,
-) -> Vec<u8> {
+fn render_history(head: &FrameHead, rows: &[RawEvent], limit: usize) -> Vec<u8> {
     let mut page = HistoryPage::new(head, rows.iter().map(|r| r.json.len()).sum());
     for r in rows {
-        if before.is_some_and(|b| r.seq >= b) {
-            continue;
-        }
         if let Some(st) = Stored::parse(&r.json).filter(|st| st.is_message()) {
             page.push(|out| st.write_message(out));
         }
