@@ -328,7 +328,10 @@ mod tests {
         assert!(f.scan_after(1, 10, |_| true).is_none());
         assert_eq!(seqs(f.scan_after(2, 2, |_| true).unwrap()), vec![3, 4]);
         assert_eq!(seqs(f.scan_between(2, 4, 9, |_| true).unwrap()), vec![3]);
-        assert_eq!(seqs(f.scan_between(2, 0, 9, |_| true).unwrap()), vec![3, 4, 5, 6]);
+        assert_eq!(
+            seqs(f.scan_between(2, 0, 9, |_| true).unwrap()),
+            vec![3, 4, 5, 6]
+        );
     }
 
     #[test]

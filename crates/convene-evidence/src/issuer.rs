@@ -3,7 +3,7 @@
 use crate::config::{CanonicalConfig, ChallengePolicy, DeploymentMode, Manifest, SCHEMA_VERSION};
 use crate::error::{EvidenceError, IntakeError, IntakeErrorCode};
 use crate::intake::{self, Command};
-use crate::jcs::{canonicalize, jcs_sha256_hex, sha256_hex};
+use crate::jcs::{jcs_sha256_hex, sha256_hex};
 use crate::keys::KeyMaterial;
 use crate::receipt::{action_for, OutcomeStatus, Receipt, Verdict};
 use crate::rules::{Rule, RuleContext};
@@ -15,6 +15,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+mod outcome;
 
 /// Verifier software version bound into the canonical configuration.
 pub const VERIFIER_VERSION: &str = concat!("convene-evidence/", env!("CARGO_PKG_VERSION"));
@@ -736,74 +738,12 @@ impl Verifier {
             latency_us: 0,
         })
     }
-
-    /// Bind the tool response after invocation (§6.2) and re-seal as confirmed.
-    pub fn finalize(&self, issued: &Receipt, response: &Value) -> Result<Receipt, EvidenceError> {
-        self.check_own(issued)?;
-        let mut r = issued.clone();
-        r.response_hash = format!("sha256:{}", sha256_hex(canonicalize(response)?.as_bytes()));
-        r.outcome_status = Some(OutcomeStatus::Confirmed);
-        r.seal_dual(&self.keys, self.next_keys())?;
-        if let Some(store) = &self.store {
-            let g = store
-                .lock()
-                .map_err(|_| EvidenceError::Invalid("store lock poisoned".into()))?;
-            g.append(&r, None)?;
-        }
-        if let Ok(mut open) = self.open_indeterminate.lock() {
-            open.retain(|_, t| t != &r.trace_id);
-        }
-        Ok(r)
-    }
-
-    /// Record that the outcome is unknown; the action stays blocked until reconciled (§4.5).
-    pub fn mark_indeterminate(
-        &self,
-        issued: &Receipt,
-        agent_id: &str,
-    ) -> Result<Receipt, EvidenceError> {
-        self.check_own(issued)?;
-        let mut r = issued.clone();
-        r.outcome_status = Some(OutcomeStatus::Indeterminate);
-        r.seal_dual(&self.keys, self.next_keys())?;
-        if let Some(store) = &self.store {
-            let g = store
-                .lock()
-                .map_err(|_| EvidenceError::Invalid("store lock poisoned".into()))?;
-            g.append(&r, None)?;
-        }
-        let mut open = self
-            .open_indeterminate
-            .lock()
-            .map_err(|_| EvidenceError::Invalid("lock poisoned".into()))?;
-        open.insert(format!("{agent_id}|{}", r.action), r.trace_id.clone());
-        Ok(r)
-    }
-
-    /// Reconcile an indeterminate record with the observed response.
-    pub fn reconcile(
-        &self,
-        indeterminate: &Receipt,
-        response: &Value,
-    ) -> Result<Receipt, EvidenceError> {
-        self.finalize(indeterminate, response)
-    }
-
-    fn check_own(&self, r: &Receipt) -> Result<(), EvidenceError> {
-        // After a cutover, receipts issued during the overlap carry our key as cosigner.
-        let pk = self.keys.public();
-        if r.issuer != self.settings.issuer
-            || !(r.verify_signature(&pk) || r.verify_cosignature(&pk))
-        {
-            return Err(EvidenceError::SignatureInvalid);
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::jcs::canonicalize;
 
     #[test]
     fn ccs_6_1_direct_request_writer_equals_generic_jcs() {
