@@ -106,6 +106,16 @@ impl Face {
     }
 }
 
+/// Imports events into a group for [`crate::Daemon::import`]: the coordination events among
+/// them are folded into this face's projection before it returns.
+pub(crate) async fn import(
+    face: &Arc<Face>,
+    group_id: String,
+    events: Vec<serde_json::Value>,
+) -> crate::ledger::Answer {
+    coord::import(face, group_id, events).await
+}
+
 /// Maps an engine error to the Cowchat code closest in meaning.
 pub(crate) fn wire(e: CoreError) -> WireError {
     let code = match e.code {
