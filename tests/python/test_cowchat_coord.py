@@ -175,3 +175,54 @@ def test_leadership_clears_when_the_leader_leaves_or_disconnects(quick):
     assert cleared["reason"] == "leader disconnected" and cleared["leader_id"] == aid
     kinds = [e["kind"] for e in ledger(cow, room) if e["kind"].startswith("x.cowchat.leader")]
     assert kinds == ["x.cowchat.leader.elected", "x.cowchat.leader.cleared"] * 2
+
+
+def import_events(cow, group: str, events: list[dict]) -> dict:
+    r = cow.raw({"v": 1, "op": "ledger_import", "args": {"group_id": group, "events": events}})
+    assert r["ok"] is True, r
+    return r["result"]
+
+
+def test_coordination_events_imported_over_ipc_show_at_once_and_ballots_stay_sealed(cow):
+    """A room's votes, ballots, tasks and leader restored with the CCCS `ledger_import` are
+    seen by the very next Cowchat frame (not only after a restart), each event counts once
+    however often the export is imported, and an imported sealed ballot is opened only when
+    the reveal rule fires."""
+    a, b, aid, bid, src = pair(cow, "src")
+    v = a.ok("create_vote", {"room_id": src, "title": "Pick", "options": ["A", "B"], "duration_secs": 3600})
+    a.ok("cast_vote", {"vote_id": v["vote_id"], "option_index": 1})
+    task = a.ok("assign_task", {"room_id": src, "title": "build", "assignee": bid})
+    exported = [e for e in ledger(cow, src) if e["kind"].startswith("x.cowchat.")]
+    a.ok("destroy_room", {"room_id": src})  # its votes and tasks leave memory with it
+    dst = make_room(a, "restored")
+    b.ok("join_room", {"room_id": dst})
+    extra = [
+        # A leader the face itself elected, and a vote whose deadline passed in the export.
+        {"id": "imported-leader", "kind": "x.cowchat.leader.elected", "by": "svc:cowchat",
+         "ts": "2026-01-01T00:00:00Z", "data": {"leader_id": aid, "leader_name": "alice"}},
+        {"id": "imported-overdue", "kind": "x.cowchat.vote.created", "by": aid, "ts": "2026-01-01T00:00:00Z",
+         "data": {"vote_id": "vote-overdue", "title": "Late?", "options": ["x", "y"], "eligible_voters": [aid, bid],
+                  "duration_secs": 60, "deadline": "2026-01-01T00:01:00Z", "created_by": aid}},
+    ]
+    assert error_code(a.req("decision", {"room_id": dst, "content": "early"})) == "not_leader"
+    assert import_events(cow, dst, exported + extra)["imported"] == len(exported) + 2
+    tasks = b.ok("list_tasks", {"room_id": dst})["tasks"]
+    assert [(t["task_id"], t["assignee"]) for t in tasks] == [(task["task_id"], bid)]
+    st = b.ok("get_vote_status", {"vote_id": v["vote_id"]})
+    assert st["status"] == "open" and st["room_id"] == dst and st["votes_cast"] == 1
+    assert "tally" not in st and "ballots" not in st  # the imported ballot is still sealed
+    assert v["vote_id"] in [x["vote_id"] for x in a.ok("list_votes", {"room_id": dst})["votes"]]
+    assert a.ok("decision", {"room_id": dst, "content": "restored plan"})["metadata"]["type"] == "decision"
+    # The overdue vote is revealed at once, as a restart would (nobody voted).
+    late = wait_closed(a, "vote-overdue")
+    assert late["reason"] == "deadline" and late["total_votes"] == 0
+    # Importing the same export again appends nothing and counts nothing twice.
+    assert import_events(cow, dst, exported + extra)["imported"] == 0
+    assert len(b.ok("list_tasks", {"room_id": dst})["tasks"]) == 1
+    assert b.ok("get_vote_status", {"vote_id": v["vote_id"]})["votes_cast"] == 1
+    assert error_code(a.req("cast_vote", {"vote_id": v["vote_id"], "option_index": 0})) == "already_voted"
+    # Bob's ballot is the last one: now, and only now, alice's imported ballot is opened.
+    b.ok("cast_vote", {"vote_id": v["vote_id"], "option_index": 0})
+    r = wait_closed(b, v["vote_id"])
+    assert r["reason"] == "all_voted"
+    assert {x["agent_id"]: x["option_index"] for x in r["ballots"]} == {aid: 1, bid: 0}

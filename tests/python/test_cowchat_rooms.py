@@ -329,3 +329,57 @@ def test_a_refused_decision_does_not_use_up_the_message_rate(home):
             a.ok("send_message", {"room_id": room, "content": f"m{i}"})
     finally:
         d.stop()
+
+
+def test_room_names_resolve_and_stay_unique_across_rename_destroy_other_faces_and_restart(home):
+    """Names resolve to the right room and are taken exactly once after renames, destroys,
+    an operator's rename and delete over the CCCS IPC, and a restart; the rooms-per-key
+    count follows the same changes."""
+    d = start(home, "--cowchat-rooms-per-key", "3")
+    try:
+        a = CC(d.cowchat_unix)
+        assert reg(a, "alice")["type"] == "ok"
+
+        def resolves(name: str) -> str | None:
+            fr = a.req("room_info", {"name": name})
+            return None if fr["type"] == "error" and fr["payload"]["code"] == "room_not_found" else fr["payload"]["room"]["room_id"]
+
+        r1 = a.ok("create_room", {"name": "alpha"})["room_id"]
+        r2 = a.ok("create_room", {"name": "beta"})["room_id"]
+        assert error_code(a.req("create_room", {"name": "alpha"})) == "room_name_taken"
+        assert error_code(a.req("rename_room", {"room_id": r2, "name": "alpha"})) == "room_name_taken"
+        a.ok("rename_room", {"room_id": r1, "name": "gamma"})
+        assert (resolves("gamma"), resolves("alpha")) == (r1, None)
+        assert a.ok("room_info", {"room_id": "gamma"})["room"]["room_id"] == r1  # a name where an id goes
+        r3 = a.ok("create_room", {"name": "alpha"})["room_id"]  # the old name is free again
+        assert resolves("alpha") == r3 and r3 != r1
+        assert error_code(a.req("create_room", {"name": "delta"})) == "rate_limit_rooms"
+        a.ok("destroy_room", {"room_id": r2})
+        assert resolves("beta") is None
+        assert error_code(a.req("join_room", {"name": "beta"})) == "room_not_found"
+        r4 = a.ok("create_room", {"name": "beta"})["room_id"]  # name and room count freed
+        # An operator renames and deletes rooms over the CCCS IPC.
+        ren = d.raw({"v": 1, "op": "group_settings_update", "args": {"group_id": r4, "patch": {"cowchat_room": "delta"}}})
+        assert ren["ok"] is True, ren
+        assert (resolves("delta"), resolves("beta")) == (r4, None)
+        assert error_code(a.req("create_room", {"name": "delta"})) == "room_name_taken"
+        assert d.raw({"v": 1, "op": "group_delete", "args": {"group_id": r3}})["ok"] is True
+        assert resolves("alpha") is None
+        r5 = a.ok("create_room", {"name": "alpha"})["room_id"]
+        assert error_code(a.req("create_room", {"name": "epsilon"})) == "rate_limit_rooms"
+    finally:
+        d.stop()
+    d = start(home, "--cowchat-rooms-per-key", "3")
+    try:
+        a = CC(d.cowchat_unix)
+        assert reg(a, "alice")["type"] == "ok"
+        assert {n: resolves(n) for n in ("alpha", "beta", "gamma", "delta")} == {
+            "alpha": r5, "beta": None, "gamma": r1, "delta": r4}
+        for taken in ("alpha", "gamma", "delta", "lobby"):
+            assert error_code(a.req("create_room", {"name": taken})) == "room_name_taken"
+        assert error_code(a.req("create_room", {"name": "epsilon"})) == "rate_limit_rooms"
+        assert [r["name"] for r in a.ok("list_rooms")["rooms"]].count("lobby") == 1
+        a.ok("rename_room", {"room_id": r5, "name": "omega"})
+        assert (resolves("omega"), resolves("alpha")) == (r5, None)
+    finally:
+        d.stop()

@@ -440,6 +440,50 @@ fn revision_moves_with_group_changes_not_with_messages() {
     assert!(!seen.contains(&reloaded.revision()));
 }
 
+#[test]
+fn changed_since_names_the_groups_each_change_touched_and_gives_up_when_it_cannot() {
+    // A face's index of groups (Cowchat room names) follows these instead of rescanning.
+    let mut w = World::new(&["a"]);
+    let changed = |w: &World, since| {
+        w.eng
+            .changed_since(since)
+            .map(|i| i.map(str::to_string).collect::<Vec<_>>())
+    };
+    let r0 = w.eng.revision();
+    assert_eq!(changed(&w, r0), Some(vec![]));
+    w.send("user", "send", &["a"], "x").unwrap();
+    assert_eq!(changed(&w, r0), Some(vec![]), "a message changes no group");
+    let other = w
+        .run(Command::GroupCreate {
+            by: "user".into(),
+            title: "o".into(),
+            topic: String::new(),
+            settings: Default::default(),
+        })
+        .unwrap()
+        .events[0]
+        .group_id
+        .clone();
+    let r1 = w.eng.revision();
+    w.run(Command::GroupDelete {
+        group_id: w.gid.clone(),
+        by: "user".into(),
+    })
+    .unwrap();
+    assert_eq!(changed(&w, r0), Some(vec![other.clone(), w.gid.clone()]));
+    assert_eq!(changed(&w, r1), Some(vec![w.gid.clone()]));
+    // A refused command may have left anything behind: readers must start over.
+    let r2 = w.eng.revision();
+    assert!(w
+        .send("user", "send", &["a"], "to a deleted group")
+        .is_err());
+    assert_eq!(changed(&w, r2), None);
+    assert_eq!(changed(&w, w.eng.revision()), Some(vec![]));
+    // An index taken from another engine (before a reload) starts over too.
+    let reloaded = Engine::new(Vec::new(), Limits::default());
+    assert!(reloaded.changed_since(w.eng.revision()).is_none());
+}
+
 const TOKENS: &[&str] = &[
     "a", "b", "c", "user", "@user", "@all", "@peers", "@foreman", "ghost", "@bogus", "",
 ];

@@ -16,17 +16,17 @@ pub mod ws;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
-use convene_core::Limits;
-use serde_json::json;
+use convene_core::{Command, Limits};
+use serde_json::{json, Value};
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::watch;
 
 use crate::blobs::Blobs;
 use crate::home::{Home, HomeError};
-use crate::ledger::Ledger;
+use crate::ledger::{Answer, Ledger};
 use crate::runtime::Runtime;
 
 /// Daemon settings.
@@ -119,6 +119,8 @@ pub struct Daemon {
     /// The CCS verifier that gates agent tool calls.
     pub gate: Arc<gate::Gate>,
     shutdown: watch::Sender<bool>,
+    /// The Cowchat face, once started: imports go through it (see [`Daemon::import`]).
+    cowchat: OnceLock<Weak<cowchat::Face>>,
 }
 
 impl Daemon {
@@ -130,6 +132,20 @@ impl Daemon {
     /// Watches for shutdown.
     pub fn shutdown_rx(&self) -> watch::Receiver<bool> {
         self.shutdown.subscribe()
+    }
+
+    /// Imports exported or foreign events into a group (`ledger_import`). Imported Cowchat
+    /// coordination events (votes, ballots, leaders, tasks) are in the Cowchat face's
+    /// projection when this returns, as if the face had appended them.
+    pub async fn import(&self, group_id: String, events: Vec<Value>) -> Answer {
+        match self.cowchat.get().and_then(Weak::upgrade) {
+            Some(face) => cowchat::import(&face, group_id, events).await,
+            None => {
+                self.ledger
+                    .execute(Command::Import { group_id, events })
+                    .await
+            }
+        }
     }
 }
 
@@ -173,6 +189,7 @@ pub async fn start(cfg: Config) -> Result<Running, DaemonError> {
         max_request_bytes: cfg.max_request_bytes,
         gate,
         shutdown,
+        cowchat: OnceLock::new(),
     });
 
     // The Cowchat face first (it may create the lobby): clients take a bound socket as
@@ -186,6 +203,8 @@ pub async fn start(cfg: Config) -> Result<Running, DaemonError> {
         },
     )
     .await;
+    // Weak: the face holds the daemon.
+    let _ = daemon.cowchat.set(Arc::downgrade(&face));
     let cowchat_face = face.clone();
     cowchat::webhooks::attach(
         &face,

@@ -2,6 +2,7 @@
 //! and projection changes. It does no I/O: reads go through [`LedgerView`], and the caller
 //! (the store's single writer) persists the [`Outcome`] in one transaction.
 
+mod changelog;
 mod chat;
 mod delivery;
 mod groups;
@@ -75,6 +76,7 @@ pub struct Engine {
     groups: HashMap<String, Group>,
     limits: Limits,
     revision: u64,
+    changes: changelog::ChangeLog,
 }
 
 /// Source of [`Engine::revision`] values, shared by every engine of the process, so an engine
@@ -192,13 +194,15 @@ pub fn is_privileged(by: &str) -> bool {
 impl Engine {
     /// An engine over the given groups.
     pub fn new(groups: Vec<Group>, limits: Limits) -> Self {
+        let revision = next_revision();
         Self {
             groups: groups
                 .into_iter()
                 .map(|g| (g.group_id.clone(), g))
                 .collect(),
             limits,
-            revision: next_revision(),
+            revision,
+            changes: changelog::ChangeLog::new(revision),
         }
     }
 
@@ -207,6 +211,15 @@ impl Engine {
     /// Appending events does not change it.
     pub fn revision(&self) -> u64 {
         self.revision
+    }
+
+    /// The groups created, changed or deleted after revision `since` (of this engine or an
+    /// earlier one), oldest first, a group possibly more than once: a face's index of groups
+    /// taken at `since` is current once it looked at these. `None` when the engine cannot
+    /// tell (`since` is too old or from before a reload, or a refused command came after it):
+    /// derive the index from [`groups`](Self::groups) again.
+    pub fn changed_since(&self, since: u64) -> Option<impl Iterator<Item = &str>> {
+        self.changes.since(since)
     }
 
     /// A group by id.
@@ -256,6 +269,18 @@ impl Engine {
                 .any(|c| matches!(c, Change::GroupUpsert(_) | Change::GroupDelete(_)));
         if touched {
             self.revision = next_revision();
+            if res.is_err() {
+                // What a refused command left behind is not recorded: indexes start over.
+                self.changes.reset(self.revision);
+            } else {
+                for c in &ctx.out.changes {
+                    match c {
+                        Change::GroupUpsert(g) => self.changes.record(self.revision, &g.group_id),
+                        Change::GroupDelete(g) => self.changes.record(self.revision, g),
+                        _ => {}
+                    }
+                }
+            }
         }
         if let Err(e) = res {
             // Undo `seq` reservations of a command that failed after appending.

@@ -50,7 +50,7 @@ impl Attrs {
     }
 
     /// Decodes the group's attributes (a group without them is a public room).
-    fn decode(g: &Group) -> Self {
+    pub(super) fn decode(g: &Group) -> Self {
         g.settings
             .extra
             .get(ATTRS_KEY)

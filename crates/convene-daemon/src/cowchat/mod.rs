@@ -12,6 +12,7 @@ mod keys;
 pub mod limits;
 mod live;
 mod messages;
+mod names;
 mod push;
 mod replay;
 mod rooms;
@@ -33,7 +34,7 @@ pub use limits::Limits;
 /// Principal the face uses for room and membership management (`svc:` principals may
 /// manage groups; the agents themselves are the `by` of their messages).
 pub(crate) const SERVICE: &str = "svc:cowchat";
-/// Group settings key holding the room name: the name → group map is derived from it.
+/// Group settings key holding the room name: the room directory (`names.rs`) is derived from it.
 pub(crate) const ROOM_KEY: &str = "cowchat_room";
 /// Group settings key holding the room's Cowchat attributes.
 pub(crate) const ATTRS_KEY: &str = "cowchat";
@@ -75,6 +76,8 @@ pub struct Face {
     hooks: std::sync::OnceLock<Arc<webhooks::Hooks>>,
     /// Decoded room attributes.
     attrs: attrs::Cache,
+    /// Room name → room, and rooms per owning key.
+    names: names::Directory,
 }
 
 impl Face {
@@ -89,6 +92,7 @@ impl Face {
             coord: coord::Coord::new(),
             hooks: std::sync::OnceLock::new(),
             attrs: attrs::Cache::default(),
+            names: names::Directory::default(),
         });
         rooms::ensure_lobby(&face).await;
         coord::start(&face).await;
@@ -104,6 +108,16 @@ impl Face {
             tracing::warn!(error = %e, "cannot save cowchat replay points");
         }
     }
+}
+
+/// Imports events into a group for [`crate::Daemon::import`]: the coordination events among
+/// them are folded into this face's projection before it returns.
+pub(crate) async fn import(
+    face: &Arc<Face>,
+    group_id: String,
+    events: Vec<serde_json::Value>,
+) -> crate::ledger::Answer {
+    coord::import(face, group_id, events).await
 }
 
 /// Maps an engine error to the Cowchat code closest in meaning.

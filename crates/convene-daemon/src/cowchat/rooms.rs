@@ -4,8 +4,9 @@
 //! Mapping: a room is a group whose settings carry `cowchat_room` (the name) and `cowchat`
 //! (attributes: parent, creator, owning key principal, public/ephemeral/encrypted). A room
 //! and its attributes are created by one command, so no group is ever half a room. The name
-//! → group map is derived from the engine's committed state on every lookup. Joining adds the
-//! agent id as an actor (`runtime: cowchat`); leaving removes it.
+//! → room map is the face's room directory ([`super::names`]), kept current from the engine's
+//! committed state. Joining adds the agent id as an actor (`runtime: cowchat`); leaving
+//! removes it.
 
 use std::sync::Arc;
 
@@ -18,26 +19,18 @@ use serde_json::{json, Map, Value};
 use super::attrs::Attrs;
 use super::conn::{After, Session};
 use super::live;
-use super::{keys, wire, Face, ATTRS_KEY, ROOM_KEY, RUNTIME, SERVICE};
+use super::{keys, names, wire, Face, ATTRS_KEY, ROOM_KEY, RUNTIME, SERVICE};
 
 /// The always-public system room.
 pub(super) const LOBBY: &str = "lobby";
 
 /// True when the group is a Cowchat room.
 pub(super) fn is_room(g: &Group) -> bool {
-    g.settings
-        .extra
-        .get(ROOM_KEY)
-        .and_then(Value::as_str)
-        .is_some()
+    names::room_name(g).is_some()
 }
 
 fn name_of(g: &Group) -> &str {
-    g.settings
-        .extra
-        .get(ROOM_KEY)
-        .and_then(Value::as_str)
-        .unwrap_or_default()
+    names::room_name(g).unwrap_or_default()
 }
 
 /// The room's attributes (decoded once per room and engine revision; `eng` is the read guard
@@ -78,8 +71,8 @@ pub(super) fn resolve_visible<'a>(
     principal: &str,
 ) -> Result<&'a Group, WireError> {
     let g = match (&r.room_id, &r.name) {
-        (Some(id), _) => room(eng, id).or_else(|e| by_name(eng, id).ok_or(e))?,
-        (None, Some(name)) => by_name(eng, name.trim()).ok_or_else(|| {
+        (Some(id), _) => room(eng, id).or_else(|e| by_name(face, eng, id).ok_or(e))?,
+        (None, Some(name)) => by_name(face, eng, name.trim()).ok_or_else(|| {
             WireError::new(ErrorCode::RoomNotFound, format!("no room named {name}"))
         })?,
         (None, None) => return Err(WireError::payload("room_id or name is required")),
@@ -93,10 +86,9 @@ pub(super) fn resolve_visible<'a>(
     Ok(g)
 }
 
-fn by_name<'a>(eng: &'a Engine, name: &str) -> Option<&'a Group> {
-    eng.groups()
-        .into_iter()
-        .find(|g| is_room(g) && name_of(g) == name)
+/// The room named `name` (through the face's room directory, not a scan of every group).
+fn by_name<'a>(face: &Face, eng: &'a Engine, name: &str) -> Option<&'a Group> {
+    face.names.by_name(eng, name)
 }
 
 /// The wire Room object.
@@ -129,7 +121,7 @@ fn visible_outboxes(face: &Face, eng: &Engine, g: &Group) -> Vec<Arc<super::conn
 
 /// Makes sure the system `lobby` exists (at startup).
 pub(super) async fn ensure_lobby(face: &Face) {
-    if by_name(&face.d.ledger.engine(), LOBBY).is_some() {
+    if by_name(face, &face.d.ledger.engine(), LOBBY).is_some() {
         return;
     }
     let attrs = Attrs {
@@ -177,7 +169,7 @@ pub(super) async fn create_room(
     let _one_at_a_time = face.rooms_lock.lock().await;
     {
         let eng = face.d.ledger.engine();
-        if by_name(&eng, &name).is_some() {
+        if by_name(&face, &eng, &name).is_some() {
             return Err(WireError::new(
                 ErrorCode::RoomNameTaken,
                 format!("a room named {name} exists"),
@@ -194,13 +186,7 @@ pub(super) async fn create_room(
                 &s.principal,
             )?;
         }
-        let owned = eng
-            .groups()
-            .into_iter()
-            .filter(|g| {
-                is_room(g) && attrs(&face, &eng, g).owner.as_deref() == Some(s.principal.as_str())
-            })
-            .count();
+        let owned = face.names.owned_by(&eng, &s.principal);
         if owned >= max {
             return Err(WireError::new(
                 ErrorCode::RateLimitRooms,
@@ -418,7 +404,7 @@ pub(super) async fn rename_room(
             &s.principal,
         )?;
         check_owner(s, &eng, g)?;
-        if by_name(&eng, &name).is_some_and(|o| o.group_id != g.group_id) {
+        if by_name(&face, &eng, &name).is_some_and(|o| o.group_id != g.group_id) {
             return Err(WireError::new(
                 ErrorCode::RoomNameTaken,
                 format!("a room named {name} exists"),

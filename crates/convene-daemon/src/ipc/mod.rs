@@ -8,7 +8,7 @@ mod ops_group;
 mod ops_ledger;
 mod stream;
 
-use convene_core::{Command, CoreError, ErrorCode, Event};
+use convene_core::{CoreError, ErrorCode, Event};
 use serde_json::{json, Value};
 
 use crate::Daemon;
@@ -124,13 +124,7 @@ async fn dispatch(d: &Daemon, op: &str, a: Args) -> Result<Value, CoreError> {
             let gid = a.req("group_id")?;
             let events = a.obj_list("events")?;
             let n = events.len();
-            let c = d
-                .ledger
-                .execute(Command::Import {
-                    group_id: gid.clone(),
-                    events,
-                })
-                .await?;
+            let c = d.import(gid.clone(), events).await?;
             Ok(
                 json!({"group_id": gid, "received": n, "imported": c.events.len(), "skipped": n - c.events.len()}),
             )

@@ -157,6 +157,22 @@ pub(super) fn arm_all(face: &Arc<Face>) {
     }
 }
 
+/// After an import into `room`: arms its election when the import started one (its window
+/// differs from the one running before, `before`, which has its timer).
+pub(super) fn arm_room(face: &Arc<Face>, room: &str, before: Option<&str>) {
+    let ends_at = face
+        .coord
+        .state
+        .lock()
+        .elections
+        .get(room)
+        .map(|e| e.ends_at.clone())
+        .filter(|e| Some(e.as_str()) != before);
+    if let Some(ends_at) = ends_at {
+        arm(face.clone(), room.to_string(), ends_at);
+    }
+}
+
 /// `decision`: a leader-only message with `metadata.type = "decision"`, pushed to the other
 /// members as `decision_made` and kept in history.
 pub(in super::super) async fn decision(

@@ -6,7 +6,8 @@
 //! append it guards are atomic (no double ballot, no two elections); reads take it too,
 //! because a push can reach a client before the event it shows is folded. Timers (vote deadlines,
 //! the election window) are tokio tasks; at startup a deadline or window that passed while
-//! the daemon was down is settled at once. Pushes come from the ledger (see [`push_of`]).
+//! the daemon was down is settled at once. Coordination events brought by `ledger_import` are
+//! folded by [`import`] before the import answers. Pushes come from the ledger (see [`push_of`]).
 
 pub(super) mod elections;
 mod seal;
@@ -14,6 +15,7 @@ pub(crate) mod state;
 pub(super) mod tasks;
 pub(super) mod votes;
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use convene_core::Command;
@@ -23,6 +25,7 @@ use serde_json::Value;
 
 use super::conn::Session;
 use super::{rooms, wire, Face, SERVICE};
+use crate::ledger::Answer;
 use state::State;
 
 /// Events read per page when rebuilding.
@@ -162,6 +165,59 @@ pub(super) async fn start(face: &Arc<Face>) {
     }
     votes::arm_all(face);
     elections::arm_all(face);
+}
+
+/// Imports events into a group ([`crate::Daemon::import`]) and folds the coordination events
+/// it appended. Under the coordination write lock, like every append of this face: each event
+/// is folded once, by the command that appended it (this import or [`append`]), in commit
+/// order. Events the group already holds are skipped by the engine, so importing an export
+/// twice folds nothing twice. Then arms what the new events need (deadlines, the election
+/// window) and reveals votes the imported ballots completed, as a restart would.
+pub(crate) async fn import(face: &Arc<Face>, group_id: String, events: Vec<Value>) -> Answer {
+    let carries = events.iter().any(|e| {
+        e.get("kind")
+            .and_then(Value::as_str)
+            .is_some_and(convene_store::is_coordination_kind)
+    });
+    let import = Command::Import {
+        group_id: group_id.clone(),
+        events,
+    };
+    if !carries {
+        return face.d.ledger.execute(import).await;
+    }
+    let _one = face.coord.write.lock().await;
+    let c = face.d.ledger.execute(import).await?;
+    // Like the start-up rebuild, only rooms have a projection.
+    if !face
+        .d
+        .ledger
+        .engine()
+        .group(&group_id)
+        .is_some_and(rooms::is_room)
+    {
+        return Ok(c);
+    }
+    let (known_votes, election_before) = {
+        let mut st = face.coord.state.lock();
+        let known: HashSet<String> = st
+            .room_votes
+            .get(&group_id)
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect();
+        let before = st.elections.get(&group_id).map(|e| e.ends_at.clone());
+        for (e, _) in &c.events {
+            if convene_store::is_coordination_kind(&e.kind) {
+                st.apply(&group_id, &e.kind, &e.by, &e.ts, &e.data);
+            }
+        }
+        (known, before)
+    };
+    votes::arm_room(face, &group_id, &known_votes);
+    elections::arm_room(face, &group_id, election_before.as_deref());
+    Ok(c)
 }
 
 /// A member left a room (or its reconnect window ran out): its leadership ends.

@@ -1,6 +1,7 @@
 //! Sealed-ballot votes: `create_vote`, `cast_vote`, `get_vote_status`, `list_votes`, and
 //! the close (reveal) when every eligible voter voted or the deadline passed.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -228,12 +229,27 @@ fn arm(face: Arc<Face>, id: String, deadline: String) {
 /// At startup: arms every open vote's deadline (closing the overdue ones now) and closes
 /// votes whose last ballot landed just before the daemon stopped.
 pub(super) fn arm_all(face: &Arc<Face>) {
+    arm_open(face, |_| true, |_| true);
+}
+
+/// After an import into `room`: closes its votes the imported ballots completed and arms the
+/// deadlines of the votes it brought (`known`: the room's votes before, already armed).
+pub(super) fn arm_room(face: &Arc<Face>, room: &str, known: &HashSet<String>) {
+    arm_open(face, |v| v.room_id == room, |v| !known.contains(&v.vote_id));
+}
+
+/// Closes the open votes `pick` selects that every eligible voter voted in, and arms the
+/// deadline of those of them that are `fresh` (have no timer yet).
+fn arm_open(face: &Arc<Face>, pick: impl Fn(&Vote) -> bool, fresh: impl Fn(&Vote) -> bool) {
     let open: Vec<(String, Option<String>, bool)> = {
         let st = face.coord.state.lock();
         st.votes
             .values()
-            .filter(|v| v.is_open())
-            .map(|v| (v.vote_id.clone(), v.deadline.clone(), v.all_voted()))
+            .filter(|v| v.is_open() && pick(v))
+            .map(|v| {
+                let deadline = v.deadline.clone().filter(|_| fresh(v));
+                (v.vote_id.clone(), deadline, v.all_voted())
+            })
             .collect()
     };
     for (id, deadline, all) in open {

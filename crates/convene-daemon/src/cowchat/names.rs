@@ -1,0 +1,317 @@
+//! The room directory: room name → room, and how many rooms each API key owns, without
+//! scanning every group on each lookup (`create_room`'s checks, `rename_room`, resolving a
+//! room by name, the lobby at start).
+//!
+//! It is derived from the engine's groups and brought up to date on use: when the engine's
+//! [`revision`](convene_core::Engine::revision) moved (a group changed, from any face: a
+//! create, rename, destroy, import, an operator's settings update over CCCS IPC), only the
+//! groups [`changed_since`](convene_core::Engine::changed_since) the directory's revision are
+//! looked at again; when the engine cannot tell (first use, a reload, a refused command, a
+//! long gap), the directory is derived from every group again. It is read under the same
+//! engine read guard as the groups it points at, so it is never stale.
+
+use std::collections::HashMap;
+
+use convene_core::{Engine, Group};
+use parking_lot::Mutex;
+use serde_json::Value;
+
+use super::attrs::Attrs;
+use super::ROOM_KEY;
+
+/// The room directory (see the module docs).
+#[derive(Default)]
+pub(super) struct Directory {
+    inner: Mutex<Index>,
+}
+
+#[derive(Default)]
+struct Index {
+    /// The engine revision the index describes (0: never derived).
+    revision: u64,
+    /// room id → its name and owning key.
+    rooms: HashMap<String, Entry>,
+    /// name → room ids (more than one only when another face gave two groups one name).
+    by_name: HashMap<String, Vec<String>>,
+    /// owning key → how many rooms it owns.
+    owned: HashMap<String, usize>,
+}
+
+struct Entry {
+    name: String,
+    owner: Option<String>,
+}
+
+/// The room name of a group, if it is a room.
+pub(super) fn room_name(g: &Group) -> Option<&str> {
+    g.settings.extra.get(ROOM_KEY).and_then(Value::as_str)
+}
+
+impl Directory {
+    /// The room named `name` in `eng` (held by the caller's read guard); of several rooms
+    /// with one name, the earliest created, as a scan in creation order would find.
+    pub fn by_name<'a>(&self, eng: &'a Engine, name: &str) -> Option<&'a Group> {
+        let mut ix = self.inner.lock();
+        ix.sync(eng);
+        ix.by_name
+            .get(name)?
+            .iter()
+            .filter_map(|id| eng.group(id))
+            .min_by(|a, b| {
+                a.created_at
+                    .cmp(&b.created_at)
+                    .then(a.group_id.cmp(&b.group_id))
+            })
+    }
+
+    /// How many rooms of `eng` the API key `principal` owns.
+    pub fn owned_by(&self, eng: &Engine, principal: &str) -> usize {
+        let mut ix = self.inner.lock();
+        ix.sync(eng);
+        ix.owned.get(principal).copied().unwrap_or(0)
+    }
+}
+
+impl Index {
+    /// Brings the index to the engine's revision.
+    fn sync(&mut self, eng: &Engine) {
+        if self.revision == eng.revision() {
+            return;
+        }
+        match eng.changed_since(self.revision) {
+            Some(changed) => {
+                for id in changed {
+                    self.forget(id);
+                    if let Some(g) = eng.group(id) {
+                        self.add(g);
+                    }
+                }
+            }
+            None => {
+                *self = Index::default();
+                for g in eng.groups() {
+                    self.add(g);
+                }
+            }
+        }
+        self.revision = eng.revision();
+    }
+
+    fn add(&mut self, g: &Group) {
+        let Some(name) = room_name(g) else { return };
+        let owner = Attrs::decode(g).owner;
+        if let Some(o) = &owner {
+            *self.owned.entry(o.clone()).or_default() += 1;
+        }
+        self.by_name
+            .entry(name.to_string())
+            .or_default()
+            .push(g.group_id.clone());
+        self.rooms.insert(
+            g.group_id.clone(),
+            Entry {
+                name: name.to_string(),
+                owner,
+            },
+        );
+    }
+
+    fn forget(&mut self, id: &str) {
+        let Some(e) = self.rooms.remove(id) else {
+            return;
+        };
+        if let Some(ids) = self.by_name.get_mut(&e.name) {
+            ids.retain(|x| x != id);
+            if ids.is_empty() {
+                self.by_name.remove(&e.name);
+            }
+        }
+        if let Some(o) = e.owner {
+            if let Some(n) = self.owned.get_mut(&o) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    self.owned.remove(&o);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use convene_core::{Command, CoreError, DeliveryRow, LedgerView, Limits, Obligation};
+    use serde_json::{json, Map};
+
+    use super::*;
+
+    /// A ledger with no events: group management never reads it.
+    struct Empty;
+
+    impl LedgerView for Empty {
+        fn event(&self, _: &str, _: &str) -> Result<Option<convene_core::Event>, CoreError> {
+            Ok(None)
+        }
+        fn obligations(&self, _: &str, _: &str) -> Result<Vec<Obligation>, CoreError> {
+            Ok(Vec::new())
+        }
+        fn mail_addressed(&self, _: &str, _: &str, _: &str) -> Result<Option<u64>, CoreError> {
+            Ok(None)
+        }
+        fn mail_cursor(&self, _: &str, _: &str) -> Result<u64, CoreError> {
+            Ok(0)
+        }
+        fn delivery(&self, _: &str, _: &str) -> Result<Option<DeliveryRow>, CoreError> {
+            Ok(None)
+        }
+        fn idempotent(
+            &self,
+            _: &str,
+            _: &str,
+            _: &str,
+            _: i64,
+        ) -> Result<Option<String>, CoreError> {
+            Ok(None)
+        }
+    }
+
+    fn run(eng: &mut Engine, cmd: Command) -> Result<String, CoreError> {
+        let out = eng.execute(&Empty, cmd, time::OffsetDateTime::now_utc())?;
+        Ok(out
+            .events
+            .first()
+            .map(|e| e.group_id.clone())
+            .unwrap_or_default())
+    }
+
+    fn create(eng: &mut Engine, name: &str, owner: &str) -> String {
+        let mut settings = Map::new();
+        settings.insert(ROOM_KEY.into(), json!(name));
+        settings.insert(super::super::ATTRS_KEY.into(), json!({"owner": owner}));
+        run(
+            eng,
+            Command::GroupCreate {
+                by: "svc:cowchat".into(),
+                title: name.into(),
+                topic: String::new(),
+                settings,
+            },
+        )
+        .expect("create")
+    }
+
+    fn rename(eng: &mut Engine, id: &str, name: &str) {
+        let mut patch = Map::new();
+        patch.insert(ROOM_KEY.into(), json!(name));
+        run(
+            eng,
+            Command::GroupSettingsUpdate {
+                group_id: id.into(),
+                by: "user".into(),
+                patch,
+            },
+        )
+        .expect("rename");
+    }
+
+    /// What the directory replaced: the first room with the name, in creation order.
+    fn scan<'a>(eng: &'a Engine, name: &str) -> Option<&'a Group> {
+        eng.groups()
+            .into_iter()
+            .find(|g| room_name(g) == Some(name))
+    }
+
+    fn id(g: Option<&Group>) -> Option<&str> {
+        g.map(|g| g.group_id.as_str())
+    }
+
+    #[test]
+    fn the_directory_answers_as_a_scan_would_through_every_kind_of_change() {
+        let mut eng = Engine::new(Vec::new(), Limits::default());
+        let dir = Directory::default();
+        let a = create(&mut eng, "a", "k1");
+        let b = create(&mut eng, "b", "k1");
+        let check = |eng: &Engine| {
+            for n in ["a", "b", "c", "x"] {
+                assert_eq!(id(dir.by_name(eng, n)), id(scan(eng, n)), "{n}");
+            }
+        };
+        check(&eng);
+        assert_eq!(dir.owned_by(&eng, "k1"), 2);
+        rename(&mut eng, &a, "c");
+        check(&eng);
+        // Another face gives a second group the same name: the earlier one wins, as before.
+        rename(&mut eng, &b, "c");
+        check(&eng);
+        assert_eq!(id(dir.by_name(&eng, "c")), Some(a.as_str()));
+        run(
+            &mut eng,
+            Command::GroupDelete {
+                group_id: a.clone(),
+                by: "user".into(),
+            },
+        )
+        .expect("delete");
+        check(&eng);
+        assert_eq!(id(dir.by_name(&eng, "c")), Some(b.as_str()));
+        assert_eq!(dir.owned_by(&eng, "k1"), 1);
+        // A refused command: the engine cannot say what changed, the directory starts over.
+        assert!(run(
+            &mut eng,
+            Command::GroupDelete {
+                group_id: a,
+                by: "user".into(),
+            },
+        )
+        .is_err());
+        create(&mut eng, "a", "k2");
+        check(&eng);
+        assert_eq!((dir.owned_by(&eng, "k1"), dir.owned_by(&eng, "k2")), (1, 1));
+    }
+
+    /// Lookup cost with many rooms (not a test: `cargo test -p convene-daemon -- --ignored
+    /// --nocapture directory_lookup_cost`).
+    #[test]
+    #[ignore]
+    fn directory_lookup_cost() {
+        const ROOMS: usize = 5000;
+        const N: u32 = 200;
+        let mut eng = Engine::new(Vec::new(), Limits::default());
+        let ids: Vec<String> = (0..ROOMS)
+            .map(|i| create(&mut eng, &format!("room-{i}"), "k"))
+            .collect();
+        let dir = Directory::default();
+        let per = |t: std::time::Instant| t.elapsed() / N;
+        let t = std::time::Instant::now();
+        for _ in 0..N {
+            assert!(scan(&eng, "absent").is_none());
+        }
+        println!(
+            "scan, a name no room has (create_room's check): {:?}",
+            per(t)
+        );
+        let t = std::time::Instant::now();
+        for _ in 0..N {
+            assert!(scan(&eng, "room-2500").is_some());
+        }
+        println!("scan, a room in the middle: {:?}", per(t));
+        let t = std::time::Instant::now();
+        assert!(dir.by_name(&eng, "absent").is_none());
+        println!(
+            "directory, first use (derived from every group): {:?}",
+            t.elapsed()
+        );
+        let t = std::time::Instant::now();
+        for _ in 0..N {
+            assert!(dir.by_name(&eng, "absent").is_none());
+        }
+        println!("directory, no group changed since: {:?}", per(t));
+        let mut total = std::time::Duration::ZERO;
+        for (i, room) in ids.iter().take(N as usize).enumerate() {
+            rename(&mut eng, room, &format!("renamed-{i}"));
+            let t = std::time::Instant::now();
+            assert!(dir.by_name(&eng, "absent").is_none());
+            total += t.elapsed();
+        }
+        println!("directory, one group changed since: {:?}", total / N);
+    }
+}
