@@ -472,13 +472,23 @@ fn changed_since_names_the_groups_each_change_touched_and_gives_up_when_it_canno
     .unwrap();
     assert_eq!(changed(&w, r0), Some(vec![other.clone(), w.gid.clone()]));
     assert_eq!(changed(&w, r1), Some(vec![w.gid.clone()]));
-    // A refused command may have left anything behind: readers must start over.
+    // A refused command changes no group (it is undone), so readers keep up for free.
     let r2 = w.eng.revision();
     assert!(w
         .send("user", "send", &["a"], "to a deleted group")
         .is_err());
-    assert_eq!(changed(&w, r2), None);
-    assert_eq!(changed(&w, w.eng.revision()), Some(vec![]));
+    assert!(w
+        .run(Command::GroupCreate {
+            by: "user".into(),
+            title: "refused".into(),
+            topic: String::new(),
+            settings: [("default_send_to".to_string(), json!("bogus"))]
+                .into_iter()
+                .collect(),
+        })
+        .is_err());
+    assert_eq!(w.eng.revision(), r2);
+    assert_eq!(changed(&w, r2), Some(vec![]));
     // An index taken from another engine (before a reload) starts over too.
     let reloaded = Engine::new(Vec::new(), Limits::default());
     assert!(reloaded.changed_since(w.eng.revision()).is_none());
@@ -533,5 +543,128 @@ proptest! {
         let data: Value = json!({k.clone(): v, "n": n, "nested": {"k": [1, 2, 3]}});
         let out = w.run(Command::AppendExtension { group_id: w.gid.clone(), by: "a".into(), kind: "x.test.prop".into(), data: data.clone() }).unwrap();
         prop_assert_eq!(&out.events[0].data, &data);
+    }
+}
+
+/// Settings and patch values the refusal property draws from: valid ones and broken ones.
+const KEYS: &[&str] = &[
+    "default_send_to",
+    "title",
+    "topic",
+    "runtime",
+    "actor_id",
+    "enabled",
+    "x.face.attr",
+];
+const VALUES: &[&str] = &[
+    "\"bogus\"",
+    "\"foreman\"",
+    "\"\"",
+    "7",
+    "null",
+    "true",
+    "\"a\"",
+    "[1]",
+];
+
+fn map_of(pairs: &[(usize, usize)]) -> Map<String, Value> {
+    pairs
+        .iter()
+        .map(|&(k, v)| {
+            (
+                KEYS[k].to_string(),
+                serde_json::from_str(VALUES[v]).unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// One group-changing command (or a message), drawn from indexes (`g` picks the world's group or a ghost).
+fn group_command(
+    w: &World,
+    op: usize,
+    by: usize,
+    g: bool,
+    pairs: &[(usize, usize)],
+    t: usize,
+) -> Command {
+    let group_id = if g {
+        w.gid.clone()
+    } else {
+        "g_ghost".to_string()
+    };
+    let by = ["user", "a", "", "svc:x", "system"][by].to_string();
+    let token = TOKENS[t].to_string();
+    match op {
+        0 => Command::GroupCreate {
+            by,
+            title: token,
+            topic: String::new(),
+            settings: map_of(pairs),
+        },
+        1 => Command::GroupSettingsUpdate {
+            group_id,
+            by,
+            patch: map_of(pairs),
+        },
+        2 => Command::GroupUpdate {
+            group_id,
+            by,
+            patch: map_of(pairs),
+        },
+        3 => Command::ActorAdd {
+            group_id,
+            by,
+            spec: map_of(pairs),
+        },
+        4 => Command::ActorUpdate {
+            group_id,
+            by,
+            actor_id: token,
+            patch: map_of(pairs),
+        },
+        5 => Command::ActorRemove {
+            group_id,
+            by,
+            actor_id: token,
+        },
+        6 => Command::GroupSetState {
+            group_id,
+            by,
+            state: token,
+        },
+        7 => Command::Attach {
+            group_id,
+            by,
+            url: token,
+        },
+        _ => Command::Send(SendArgs {
+            group_id,
+            by,
+            text: Some("x".into()),
+            to: vec![token],
+            ..Default::default()
+        }),
+    }
+}
+
+proptest! {
+    /// "On error nothing has changed": a refused command leaves every group as it was, so the
+    /// engine's memory never holds what the store will not (the engine's own contract).
+    #[test]
+    fn a_refused_command_changes_no_group(
+        ops in proptest::collection::vec(
+            (0..9usize, 0..5usize, any::<bool>(), proptest::collection::vec((0..KEYS.len(), 0..VALUES.len()), 0..3), 0..TOKENS.len()),
+            1..25)
+    ) {
+        let mut w = World::new(&["a", "b"]);
+        for (op, by, g, pairs, t) in ops {
+            let cmd = group_command(&w, op, by, g, &pairs, t);
+            let before: Vec<convene_core::Group> = w.eng.groups().into_iter().cloned().collect();
+            if let Err(e) = w.run(cmd.clone()) {
+                let after: Vec<convene_core::Group> = w.eng.groups().into_iter().cloned().collect();
+                prop_assert_eq!(&before, &after, "refused ({}) {:?} left a change", e.code.as_str(), cmd);
+            }
+        }
     }
 }

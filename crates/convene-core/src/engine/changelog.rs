@@ -35,12 +35,6 @@ impl ChangeLog {
         self.entries.push_back((revision, group_id.to_string()));
     }
 
-    /// Forgets everything: the command that made `revision` may have changed any group.
-    pub fn reset(&mut self, revision: u64) {
-        self.entries.clear();
-        self.start = revision;
-    }
-
     /// The groups changed after `since` (a group may come more than once); `None` when the
     /// log does not reach back that far.
     pub fn since(&self, since: u64) -> Option<impl Iterator<Item = &str>> {
@@ -72,9 +66,6 @@ mod tests {
         assert_eq!(since(&log, 10), Some(vec!["a", "b", "c"]));
         assert_eq!(since(&log, 11), Some(vec!["b", "c"]));
         assert_eq!(since(&log, 12), Some(vec![]));
-        log.reset(13);
-        assert_eq!(since(&log, 12), None, "a reset forgets what came before");
-        assert_eq!(since(&log, 13), Some(vec![]));
     }
 
     #[test]

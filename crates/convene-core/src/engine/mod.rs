@@ -7,6 +7,7 @@ mod chat;
 mod delivery;
 mod groups;
 mod import;
+mod undo;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -216,7 +217,7 @@ impl Engine {
     /// The groups created, changed or deleted after revision `since` (of this engine or an
     /// earlier one), oldest first, a group possibly more than once: a face's index of groups
     /// taken at `since` is current once it looked at these. `None` when the engine cannot
-    /// tell (`since` is too old or from before a reload, or a refused command came after it):
+    /// tell (`since` is too old or from before a reload):
     /// derive the index from [`groups`](Self::groups) again.
     pub fn changed_since(&self, since: u64) -> Option<impl Iterator<Item = &str>> {
         self.changes.since(since)
@@ -251,6 +252,7 @@ impl Engine {
         cmd: Command,
         now: time::OffsetDateTime,
     ) -> Result<Outcome, CoreError> {
+        let undo = undo::Undo::of(&self.groups, &cmd);
         let mut ctx = Ctx {
             groups: &mut self.groups,
             view,
@@ -259,36 +261,32 @@ impl Engine {
             out: Outcome::default(),
         };
         let res = Self::dispatch(&mut ctx, cmd);
-        // Every group change is persisted through a GroupUpsert or GroupDelete. A failed
-        // command changes no group either, but a new revision costs only a cache miss.
-        let touched = res.is_err()
-            || ctx
-                .out
-                .changes
-                .iter()
-                .any(|c| matches!(c, Change::GroupUpsert(_) | Change::GroupDelete(_)));
-        if touched {
-            self.revision = next_revision();
-            if res.is_err() {
-                // What a refused command left behind is not recorded: indexes start over.
-                self.changes.reset(self.revision);
-            } else {
-                for c in &ctx.out.changes {
-                    match c {
-                        Change::GroupUpsert(g) => self.changes.record(self.revision, &g.group_id),
-                        Change::GroupDelete(g) => self.changes.record(self.revision, g),
-                        _ => {}
-                    }
+        // Every group change is persisted through a GroupUpsert or GroupDelete; a refused
+        // command changes no group (its changes are put back below), so it keeps the revision.
+        if res.is_ok() {
+            let mut touched = false;
+            for c in &ctx.out.changes {
+                let gid = match c {
+                    Change::GroupUpsert(g) => &g.group_id,
+                    Change::GroupDelete(g) => g,
+                    _ => continue,
+                };
+                if !touched {
+                    self.revision = next_revision();
+                    touched = true;
                 }
+                self.changes.record(self.revision, gid);
             }
         }
         if let Err(e) = res {
-            // Undo `seq` reservations of a command that failed after appending.
+            // Undo `seq` reservations of a command that failed after appending, then put back
+            // any group it changed.
             for ev in &ctx.out.events {
                 if let Some(g) = ctx.groups.get_mut(&ev.group_id) {
                     g.last_seq = g.last_seq.min(ev.seq.saturating_sub(1));
                 }
             }
+            undo.restore(&mut self.groups);
             return Err(e);
         }
         Ok(ctx.out)

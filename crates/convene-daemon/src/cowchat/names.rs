@@ -6,8 +6,8 @@
 //! [`revision`](convene_core::Engine::revision) moved (a group changed, from any face: a
 //! create, rename, destroy, import, an operator's settings update over CCCS IPC), only the
 //! groups [`changed_since`](convene_core::Engine::changed_since) the directory's revision are
-//! looked at again; when the engine cannot tell (first use, a reload, a refused command, a
-//! long gap), the directory is derived from every group again. It is read under the same
+//! looked at again; when the engine cannot tell (first use, a reload, a long gap), the
+//! directory is derived from every group again. It is read under the same
 //! engine read guard as the groups it points at, so it is never stale.
 
 use std::collections::HashMap;
@@ -254,7 +254,7 @@ mod tests {
         check(&eng);
         assert_eq!(id(dir.by_name(&eng, "c")), Some(b.as_str()));
         assert_eq!(dir.owned_by(&eng, "k1"), 1);
-        // A refused command: the engine cannot say what changed, the directory starts over.
+        // A refused command changes nothing (the engine undoes it): the directory stays right.
         assert!(run(
             &mut eng,
             Command::GroupDelete {
