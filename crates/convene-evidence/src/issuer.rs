@@ -1,5 +1,6 @@
 //! The verifier: intake -> rules -> receipt emission -> durable storage (§3, §4, §11.1).
 
+use crate::commit::GroupCommit;
 use crate::config::{CanonicalConfig, ChallengePolicy, DeploymentMode, Manifest, SCHEMA_VERSION};
 use crate::error::{EvidenceError, IntakeError, IntakeErrorCode};
 use crate::intake::{self, Command};
@@ -195,7 +196,7 @@ pub struct Verifier {
     config_hash: String,
     sequence: AtomicU64,
     nonces: NoncePool,
-    store: Option<Mutex<EvidenceStore>>,
+    store: Option<GroupCommit>,
     clock: Arc<dyn Fn() -> f64 + Send + Sync>,
     /// Open records whose outcome is indeterminate, by action (§4.5: no blind retries).
     open_indeterminate: Mutex<HashMap<String, String>>,
@@ -350,7 +351,7 @@ impl Verifier {
             .max_sequence(&self.settings.issuer)?
             .map_or(0, |s| s + 1);
         self.sequence = AtomicU64::new(next);
-        self.store = Some(Mutex::new(store));
+        self.store = Some(GroupCommit::new(store));
         Ok(self)
     }
 
@@ -405,8 +406,7 @@ impl Verifier {
 
     /// Access the evidence store, if any.
     pub fn with_store_ref<T>(&self, f: impl FnOnce(&EvidenceStore) -> T) -> Option<T> {
-        let s = self.store.as_ref()?;
-        let g = s.lock().ok()?;
+        let g = self.store.as_ref()?.lock().ok()?;
         Some(f(&g))
     }
 
@@ -541,14 +541,13 @@ impl Verifier {
             e.trace_id = trace.clone();
             e
         };
-        let g = store.lock().map_err(|_| fail("intake processing failed"))?;
-        let commands: Vec<Value> = items.iter().map(|i| command_value(&i.command)).collect();
-        let rows: Vec<(&Receipt, Option<&Value>)> = items
+        // Owned copies: the commit may run on another caller's thread (group commit).
+        let rows = items
             .iter()
-            .zip(&commands)
-            .map(|(i, c)| (&i.receipt, Some(c)))
+            .map(|i| (i.receipt.clone(), Some(command_value(&i.command))))
             .collect();
-        g.append_all(&rows)
+        store
+            .persist(rows)
             .map_err(|_| fail("evidence could not be persisted"))
     }
 

@@ -7,6 +7,7 @@
 
 pub mod chain;
 pub mod cli;
+pub(crate) mod commit;
 pub mod config;
 pub mod enforce;
 pub mod error;

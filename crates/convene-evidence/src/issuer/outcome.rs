@@ -62,10 +62,7 @@ impl Verifier {
     fn seal_and_store(&self, r: &mut Receipt) -> Result<(), EvidenceError> {
         r.seal_dual(&self.keys, self.next_keys())?;
         if let Some(store) = &self.store {
-            let g = store
-                .lock()
-                .map_err(|_| EvidenceError::Invalid("store lock poisoned".into()))?;
-            g.append(r, None)?;
+            store.lock()?.append(r, None)?;
         }
         Ok(())
     }
