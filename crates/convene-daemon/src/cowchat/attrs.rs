@@ -2,10 +2,12 @@
 //! revision: `list_rooms`, `room_info` and every visibility check read them, and decoding
 //! means cloning the settings value and deserializing it.
 //!
-//! The cache is keyed by the engine's [`revision`](convene_core::Engine::revision), which
+//! The cache follows the engine's [`revision`](convene_core::Engine::revision), which
 //! moves on every group change from any face (a rename, a destroy, a join, an operator's
-//! settings update over CCCS IPC) and never repeats, so an entry is never stale. It is read
-//! under the same engine read guard as the group it describes.
+//! settings update over CCCS IPC) and never repeats: when it moved, the entries of the groups
+//! [`changed_since`](convene_core::Engine::changed_since) are dropped (all of them when the
+//! engine cannot tell), so an entry is never stale. It is read under the same engine read
+//! guard as the group it describes.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -79,8 +81,17 @@ impl Cache {
     pub(super) fn get(&self, eng: &Engine, g: &Group) -> Arc<Attrs> {
         let mut e = self.inner.lock();
         if e.revision != eng.revision() {
-            // Some group changed: start over (destroyed rooms go with it).
-            e.by_room.clear();
+            // Some group changed: forget only those (a join elsewhere keeps this room's entry),
+            // or everything when the engine cannot say which (a reload, a long gap).
+            let e = &mut *e;
+            match eng.changed_since(e.revision) {
+                Some(changed) => {
+                    for gid in changed {
+                        e.by_room.remove(gid);
+                    }
+                }
+                None => e.by_room.clear(),
+            }
             e.revision = eng.revision();
         }
         if let Some(a) = e.by_room.get(&g.group_id) {
