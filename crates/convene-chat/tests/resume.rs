@@ -1,0 +1,335 @@
+//! Resuming without losing a message: cursor files that record where a waiter started,
+//! `--follow --idle-timeout` counted from the last message, `history --follow` starting
+//! exactly after what it printed, and messages a room key cannot open shown as such.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{json, Value};
+
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn cursor_file_records_the_start_so_a_resume_misses_nothing() {
+    let d = Daemon::start();
+    create_room(&d, "alice", "inbox", &[]);
+    join(&d, "bob", "inbox");
+    send(&d, "alice", "inbox", "old", &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("bob.cursor");
+    // Nothing arrives: the waiter exits 2 without having processed a row.
+    let mut c = d.cow("bob");
+    c.args([
+        "wait",
+        "inbox",
+        "--loop",
+        "--idle-timeout",
+        "1",
+        "--cursor-file",
+    ])
+    .arg(&f);
+    let o = run(c);
+    assert_eq!(o.status.code(), Some(2));
+    let resume: u64 = String::from_utf8(o.stdout).unwrap().trim().parse().unwrap();
+    assert_eq!(read_cursor(&f), resume, "the file holds the resume seq");
+    // A message sent between two waits is the next waiter's, resuming from the file.
+    send(&d, "alice", "inbox", "sent between waits", &[]);
+    let mut c = d.cow("bob");
+    c.args(["wait", "inbox", "--loop", "--cursor-file"]).arg(&f);
+    assert_eq!(contents(&json_lines(&ok(c))), vec!["sent between waits"]);
+
+    // A follower killed while blocked, before any row: its file says where it started.
+    let g = dir.path().join("follow.cursor");
+    let mut c = d.cow("bob");
+    c.args([
+        "wait",
+        "inbox",
+        "--follow",
+        "--since-seq",
+        "tip",
+        "--cursor-file",
+    ])
+    .arg(&g);
+    let mut w = c
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until("the follower's cursor file", || g.exists());
+    w.kill().unwrap();
+    w.wait().unwrap();
+    send(
+        &d,
+        "alice",
+        "inbox",
+        "sent while the follower was down",
+        &[],
+    );
+    let mut c = d.cow("bob");
+    c.args([
+        "wait",
+        "inbox",
+        "--loop",
+        "--since-seq",
+        "auto",
+        "--cursor-file",
+    ])
+    .arg(&g);
+    assert_eq!(
+        contents(&json_lines(&ok(c))),
+        vec!["sent while the follower was down"]
+    );
+}
+
+#[test]
+fn follow_idle_timeout_counts_from_the_last_matching_message() {
+    let d = Daemon::start();
+    create_room(&d, "alice", "steady", &[]);
+    join(&d, "bob", "steady");
+    let mut c = d.cow("bob");
+    c.args([
+        "wait",
+        "steady",
+        "--follow",
+        "--since-seq",
+        "tip",
+        "--idle-timeout",
+        "4",
+    ]);
+    let w = c
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A message every second for longer than the idle limit: the stream must not stop.
+    let mut last = 0;
+    for i in 0..7 {
+        std::thread::sleep(Duration::from_secs(1));
+        last = send(&d, "alice", "steady", &format!("tick {i}"), &[])["seq"]
+            .as_u64()
+            .unwrap();
+    }
+    let o = w.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    let out = String::from_utf8(o.stdout).unwrap();
+    let mut lines: Vec<&str> = out.lines().collect();
+    // The resume seq comes last, after every message.
+    assert_eq!(lines.pop(), Some(last.to_string().as_str()), "{out}");
+    let got: Vec<Value> = lines
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let want: Vec<String> = (0..7).map(|i| format!("tick {i}")).collect();
+    assert_eq!(contents(&got), want, "{err}");
+}
+
+/// A Unix-socket proxy in front of the daemon that, once a `get_history` answer has gone
+/// back to the client, holds the client's next frame until `hook` has run: whatever the
+/// hook sends lands exactly between the client's history read and its next request.
+fn proxy_with_hook(
+    daemon: PathBuf,
+    hook: impl Fn() + Send + Sync + 'static,
+) -> (PathBuf, Arc<AtomicBool>) {
+    let dir = tempfile::tempdir().unwrap().keep();
+    let path = dir.join("proxy.sock");
+    let l = UnixListener::bind(&path).unwrap();
+    let answered = Arc::new(AtomicBool::new(false));
+    let fired = Arc::new(AtomicBool::new(false));
+    let hook = Arc::new(hook);
+    let fired_out = fired.clone();
+    std::thread::spawn(move || {
+        for client in l.incoming().flatten() {
+            let server = UnixStream::connect(&daemon).unwrap();
+            let (answered, fired, hook) = (answered.clone(), fired.clone(), hook.clone());
+            let mut to_client = client.try_clone().unwrap();
+            let from_server = BufReader::new(server.try_clone().unwrap());
+            let a = answered.clone();
+            std::thread::spawn(move || {
+                for line in from_server.lines() {
+                    let Ok(line) = line else { break };
+                    // Set before the answer goes out, so the client's next frame sees it.
+                    if line.contains("\"messages\":[") {
+                        a.store(true, Ordering::SeqCst);
+                    }
+                    if writeln!(to_client, "{line}").is_err() {
+                        break;
+                    }
+                }
+            });
+            let mut to_server = server;
+            std::thread::spawn(move || {
+                for line in BufReader::new(client).lines() {
+                    let Ok(line) = line else { break };
+                    if answered.load(Ordering::SeqCst) && !fired.swap(true, Ordering::SeqCst) {
+                        hook();
+                    }
+                    if writeln!(to_server, "{line}").is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    (path, fired_out)
+}
+
+#[test]
+fn history_follow_shows_a_message_sent_just_after_its_history_read() {
+    for since in [None, Some("0")] {
+        let d = Daemon::start();
+        let room = create_room(&d, "alice", "fresh", &[]);
+        let rid = room["room_id"].as_str().unwrap().to_string();
+        join(&d, "bob", "fresh");
+        let ep = convene_chat::Endpoint::parse(&d.url()).unwrap();
+        let who = convene_chat::Identity {
+            name: "alice".into(),
+            agent_id: Some("alice".into()),
+            ..Default::default()
+        };
+        let alice = Arc::new(std::sync::Mutex::new(
+            convene_chat::Client::connect(&ep, &who).unwrap(),
+        ));
+        let (a, r) = (alice.clone(), rid.clone());
+        let (proxy, fired) = proxy_with_hook(d.sock(), move || {
+            let p = json!({"room_id": r, "content": "just after the read"});
+            a.lock().unwrap().request("send_message", p).unwrap();
+        });
+        let mut c = d.cow_at(&format!("unix:{}", proxy.display()), "bob");
+        c.args(["history", "fresh", "--follow"]);
+        if let Some(s) = since {
+            c.args(["--since-seq", s]);
+        }
+        let w = c
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_until("the proxy's hook", || fired.load(Ordering::SeqCst));
+        let p = json!({"room_id": rid, "content": "bye", "metadata": {"kind": "end"}});
+        alice.lock().unwrap().request("send_message", p).unwrap();
+        let o = w.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{err}");
+        let got = json_lines(&String::from_utf8(o.stdout).unwrap());
+        assert_eq!(
+            contents(&got),
+            vec!["just after the read", "bye"],
+            "since {since:?}: {err}"
+        );
+    }
+}
+
+/// A `clw1:` blob (the older prefix, HKDF info "clawchat-e2e-v1:"), sealed by hand.
+fn seal_legacy(secret: &str, room_id: &str, text: &str) -> String {
+    use base64::Engine as _;
+    use chacha20poly1305::aead::{Aead, KeyInit};
+    let hk = hkdf::Hkdf::<sha2::Sha256>::new(None, secret.as_bytes());
+    let mut key = [0u8; 32];
+    hk.expand(format!("clawchat-e2e-v1:{room_id}").as_bytes(), &mut key)
+        .unwrap();
+    let nonce = [7u8; 12];
+    let ct = chacha20poly1305::ChaCha20Poly1305::new(&chacha20poly1305::Key::from(key))
+        .encrypt(chacha20poly1305::Nonce::from_slice(&nonce), text.as_bytes())
+        .unwrap();
+    let mut blob = nonce.to_vec();
+    blob.extend_from_slice(&ct);
+    format!(
+        "clw1:{}",
+        base64::engine::general_purpose::STANDARD_NO_PAD.encode(blob)
+    )
+}
+
+#[test]
+fn wait_shows_messages_its_key_cannot_open_in_order_and_keeps_waiting() {
+    let d = Daemon::start();
+    let secret = "correct horse battery staple";
+    let mut c = d.cow("alice");
+    c.args([
+        "--room-key",
+        secret,
+        "rooms",
+        "create",
+        "vault",
+        "--encrypted",
+    ]);
+    let room: Value = serde_json::from_str(ok(c).trim()).unwrap();
+    let rid = room["room_id"].as_str().unwrap().to_string();
+    join(&d, "bob", "vault");
+    let start = tip(&d, "bob", "vault").to_string();
+    let ep = convene_chat::Endpoint::parse(&d.url()).unwrap();
+    let who = convene_chat::Identity {
+        name: "alice".into(),
+        agent_id: Some("alice".into()),
+        ..Default::default()
+    };
+    let mut alice = convene_chat::Client::connect(&ep, &who).unwrap();
+    let seal = |k: &str, r: &str, t: &str| convene_chat::crypto::seal(k, r, t).unwrap();
+    for content in [
+        seal(secret, &rid, "one"),
+        seal(secret, "another-room", "foreign blob"), // replayed from another room
+        seal_legacy(secret, &rid, "legacy"),
+        seal("not our secret", &rid, "wrong key"),
+        seal(secret, &rid, "two"),
+    ] {
+        alice
+            .request("send_message", json!({"room_id": rid, "content": content}))
+            .unwrap();
+    }
+    let mut c = d.cow("bob");
+    c.args(["--room-key", secret, "wait", "vault", "--loop", "--drain"])
+        .args(["--since-seq", &start]);
+    let got = json_lines(&ok(c));
+    assert_eq!(got.len(), 5, "{got:?}");
+    let seqs: Vec<u64> = got.iter().map(|m| m["seq"].as_u64().unwrap()).collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+    assert_eq!(got[0]["content"], "one");
+    assert_eq!(got[2]["content"], "legacy");
+    assert_eq!(got[4]["content"], "two");
+    for bad in [&got[1], &got[3]] {
+        assert!(
+            bad["content"].as_str().unwrap().starts_with("cow1:"),
+            "{bad}"
+        );
+        assert!(bad["decrypt_error"].is_string(), "{bad}");
+        assert!(bad.get("encrypted").is_none(), "{bad}");
+    }
+    // The human form says which ones could not be opened.
+    let mut c = d.cow("bob");
+    c.args([
+        "--room-key",
+        secret,
+        "wait",
+        "vault",
+        "--loop",
+        "--drain",
+        "--text",
+    ])
+    .args(["--since-seq", &start]);
+    let out = ok(c);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 5, "{out}");
+    assert!(lines[0].ends_with("alice: one"), "{out}");
+    for i in [1, 3] {
+        assert!(
+            lines[i].contains(": cow1:") && lines[i].contains("[undecryptable: "),
+            "{out}"
+        );
+    }
+    assert!(lines[2].ends_with("alice: legacy"), "{out}");
+    assert!(!lines[4].contains("undecryptable"), "{out}");
+}
