@@ -333,3 +333,39 @@ fn wait_shows_messages_its_key_cannot_open_in_order_and_keeps_waiting() {
     assert!(lines[2].ends_with("alice: legacy"), "{out}");
     assert!(!lines[4].contains("undecryptable"), "{out}");
 }
+
+#[test]
+fn ws_catch_up_too_big_for_one_frame_still_delivers_every_message() {
+    let d = Daemon::start_args(None, &["--cowchat-ws", "127.0.0.1:0"]);
+    let room = create_room(&d, "alice", "diffs", &[]);
+    join(&d, "bob", "diffs");
+    let start = tip(&d, "bob", "diffs").to_string();
+    let ep = convene_chat::Endpoint::parse(&d.url()).unwrap();
+    let who = convene_chat::Identity {
+        name: "alice".into(),
+        agent_id: Some("alice".into()),
+        ..Default::default()
+    };
+    let mut alice = convene_chat::Client::connect(&ep, &who).unwrap();
+    // 900 messages of 20 KB: one 1000-row history page is 18 MB, more than the WebSocket
+    // layer takes in one message (16 MiB).
+    let body = "d".repeat(20_000);
+    for i in 0..900 {
+        let p = json!({"room_id": room["room_id"], "content": format!("{i} {body}")});
+        alice.request("send_message", p).unwrap();
+    }
+    let mut c = d.cow_at(&d.ws_url(), "bob");
+    // The idle limit only bounds a failure (a waiter stuck reconnecting exits 2).
+    c.args(["wait", "diffs", "--loop", "--drain", "--since-seq", &start])
+        .args(["--idle-timeout", "60"]);
+    let o = c.output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let got = json_lines(&String::from_utf8(o.stdout).unwrap());
+    let firsts: Vec<&str> = got
+        .iter()
+        .map(|m| m["content"].as_str().unwrap().split(' ').next().unwrap())
+        .collect();
+    let want: Vec<String> = (0..900).map(|i| i.to_string()).collect();
+    assert_eq!(firsts, want, "{err}");
+}

@@ -179,9 +179,8 @@ impl Waiter<'_> {
                     return Ok(EXIT_IDLE);
                 }
                 Err(e) => {
-                    let transport = e
-                        .downcast_ref::<convene_chat::Error>()
-                        .is_some_and(convene_chat::Error::is_transport);
+                    let err = e.downcast_ref::<convene_chat::Error>();
+                    let transport = err.is_some_and(convene_chat::Error::is_transport);
                     // Logic errors (no such room, refused) and a first connection that never
                     // worked are reported, not retried: a typo must not hang forever.
                     if self.mode == Mode::Plain || !transport || first && self.cursor.is_none() {
@@ -195,6 +194,15 @@ impl Waiter<'_> {
                         println!("{seq}");
                         eprintln!("wait: idle timeout; resume with --since-seq {seq}");
                         return Ok(EXIT_IDLE);
+                    }
+                    // A catch-up page too large to receive would fail the same way forever:
+                    // ask for smaller pages, at once (nothing is wrong with the server).
+                    if matches!(err, Some(convene_chat::Error::TooLarge(_)))
+                        && self.ctx.shrink_page()
+                    {
+                        eprintln!("wait: {e:#}; reconnecting for smaller history pages");
+                        first = false;
+                        continue;
                     }
                     eprintln!("wait: {e:#}; reconnecting in {backoff:?}");
                     std::thread::sleep(backoff);
