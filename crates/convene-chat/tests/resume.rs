@@ -144,9 +144,9 @@ fn follow_idle_timeout_counts_from_the_last_matching_message() {
 fn proxy_with_hook(
     daemon: PathBuf,
     hook: impl Fn() + Send + Sync + 'static,
-) -> (PathBuf, Arc<AtomicBool>) {
-    let dir = tempfile::tempdir().unwrap().keep();
-    let path = dir.join("proxy.sock");
+) -> (tempfile::TempDir, PathBuf, Arc<AtomicBool>) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("proxy.sock");
     let l = UnixListener::bind(&path).unwrap();
     let answered = Arc::new(AtomicBool::new(false));
     let fired = Arc::new(AtomicBool::new(false));
@@ -185,7 +185,7 @@ fn proxy_with_hook(
             });
         }
     });
-    (path, fired_out)
+    (dir, path, fired_out)
 }
 
 #[test]
@@ -205,7 +205,7 @@ fn history_follow_shows_a_message_sent_just_after_its_history_read() {
             convene_chat::Client::connect(&ep, &who).unwrap(),
         ));
         let (a, r) = (alice.clone(), rid.clone());
-        let (proxy, fired) = proxy_with_hook(d.sock(), move || {
+        let (_dir, proxy, fired) = proxy_with_hook(d.sock(), move || {
             let p = json!({"room_id": r, "content": "just after the read"});
             a.lock().unwrap().request("send_message", p).unwrap();
         });
@@ -368,4 +368,138 @@ fn ws_catch_up_too_big_for_one_frame_still_delivers_every_message() {
         .collect();
     let want: Vec<String> = (0..900).map(|i| i.to_string()).collect();
     assert_eq!(firsts, want, "{err}");
+}
+
+#[test]
+fn history_follow_survives_a_daemon_restart_with_own_and_peer_messages_once_in_order() {
+    let mut d = Daemon::start();
+    create_room(&d, "alice", "log", &[]);
+    join(&d, "bob", "log");
+    send(&d, "alice", "log", "before", &[]);
+    let mut c = d.cow("bob");
+    c.args(["history", "log", "--follow", "--text"]);
+    let f = follow(c);
+    assert!(f.first.trim_end().ends_with("alice: before"), "{}", f.first);
+    d.restart();
+    // Right after the restart, maybe before the follower is back: each line once, in order.
+    send(&d, "bob", "log", "mine, from another process", &[]);
+    send(&d, "alice", "log", "after the restart", &[]);
+    send(&d, "alice", "log", "bye", &["--end"]);
+    let (status, rest, err) = f.finish();
+    assert!(status.success(), "{err}");
+    let lines: Vec<&str> = rest.lines().collect();
+    assert_eq!(lines.len(), 3, "{rest}\n{err}");
+    assert!(
+        lines[0].ends_with("bob: mine, from another process"),
+        "{rest}"
+    );
+    assert!(lines[1].ends_with("alice: after the restart"), "{rest}");
+    assert!(lines[2].ends_with("alice: bye [end]"), "{rest}");
+    assert!(
+        err.contains("reconnecting"),
+        "the follower saw the restart: {err}"
+    );
+}
+
+/// A Unix-socket proxy in front of the daemon that can be cut: open connections are shut
+/// down and new ones closed at once until it is up again.
+struct CutProxy {
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+    up: Arc<AtomicBool>,
+    conns: Arc<std::sync::Mutex<Vec<UnixStream>>>,
+}
+
+impl CutProxy {
+    fn start(daemon: PathBuf) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cut.sock");
+        let l = UnixListener::bind(&path).unwrap();
+        let up = Arc::new(AtomicBool::new(true));
+        let conns = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (u, cs) = (up.clone(), conns.clone());
+        std::thread::spawn(move || {
+            for client in l.incoming().flatten() {
+                if !u.load(Ordering::SeqCst) {
+                    continue; // dropped: closed
+                }
+                let server = UnixStream::connect(&daemon).unwrap();
+                let mut v = cs.lock().unwrap();
+                v.push(client.try_clone().unwrap());
+                v.push(server.try_clone().unwrap());
+                for (mut from, mut to) in [
+                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                    (server, client),
+                ] {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            }
+        });
+        Self {
+            _dir: dir,
+            path,
+            up,
+            conns,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("unix:{}", self.path.display())
+    }
+
+    fn set_up(&self, up: bool) {
+        self.up.store(up, Ordering::SeqCst);
+        if !up {
+            for s in self.conns.lock().unwrap().drain(..) {
+                let _ = s.shutdown(std::net::Shutdown::Both);
+            }
+        }
+    }
+}
+
+#[test]
+fn follower_stops_when_its_room_was_replaced_while_it_was_cut_off() {
+    let d = Daemon::start();
+    create_room(&d, "alice", "ops", &[]);
+    join(&d, "bob", "ops");
+    for i in 0..6 {
+        send(&d, "alice", "ops", &format!("old {i}"), &[]);
+    }
+    let proxy = CutProxy::start(d.sock());
+    let mut c = d.cow_at(&proxy.url(), "bob");
+    c.args(["wait", "ops", "--follow", "--text", "--since-seq", "0"]);
+    let mut f = follow(c);
+    let mut line = f.first.clone();
+    while !line.contains("old 5") {
+        line.clear();
+        f.out.read_line(&mut line).unwrap();
+    }
+    // While the follower is cut off, "ops" is destroyed and a new room takes its name: its
+    // seqs start again from 1, below the follower's cursor.
+    proxy.set_up(false);
+    let mut c = d.cow("alice");
+    c.args(["rooms", "destroy", "ops", "--yes"]);
+    ok(c);
+    create_room(&d, "alice", "ops", &[]);
+    send(&d, "alice", "ops", "first in the new room", &[]);
+    proxy.set_up(true);
+    // Following another room from the old one's cursor would skip its first messages: the
+    // follower says its room is gone instead.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = f.child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = f.child.kill();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let (_, rest, err) = f.finish();
+    assert_eq!(status.code(), Some(1), "{rest}\n{err}");
+    assert!(rest.is_empty(), "{rest}");
+    assert!(err.contains("no room named or with id"), "{err}");
 }

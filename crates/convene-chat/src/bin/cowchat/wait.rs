@@ -70,6 +70,9 @@ struct Waiter<'a> {
     ended: bool,
     /// Own messages are shown (`history --follow`), so they are read from history.
     own_included: bool,
+    /// The room's id once resolved: a reconnect must not follow another room that took
+    /// its name meanwhile (its seqs start again, below this cursor).
+    room_id: Option<String>,
 }
 
 /// `cowchat wait`.
@@ -132,6 +135,7 @@ pub fn run(ctx: &Ctx, a: &WaitArgs) -> anyhow::Result<i32> {
         thinking_shown: BTreeSet::new(),
         ended: false,
         own_included: false,
+        room_id: None,
     };
     w.run(&a.room)
 }
@@ -157,6 +161,7 @@ pub fn follow_history(ctx: &Ctx, room: &str, after: u64, text: bool) -> anyhow::
         thinking_shown: BTreeSet::new(),
         ended: false,
         own_included: true,
+        room_id: None,
     };
     w.run(room)
 }
@@ -220,7 +225,10 @@ impl Waiter<'_> {
         if !self.own_included {
             self.filter.self_id = c.agent_id.clone();
         }
-        let r = self.ctx.room(&mut c, room)?;
+        let r = self
+            .ctx
+            .room(&mut c, self.room_id.as_deref().unwrap_or(room))?;
+        self.room_id = Some(r.id.clone());
         if self.cursor.is_none() {
             let from_file = self.cursor_file.as_deref().and_then(cursor::read);
             let at = match (self.since, from_file) {
