@@ -210,6 +210,48 @@ def test_reconnect_after_a_daemon_restart_replays_what_was_missed_before_and_aft
         d.stop()
 
 
+def test_reconnect_replays_each_missed_message_once_and_only_for_rooms_still_joined(home):
+    """A room left before the disconnect is neither restored nor replayed; the other room's
+    missed messages come once, in order, then live pushes go on without a repeat. A second
+    reconnect while that connection is still open (its close not noticed yet) resumes from
+    what the open one was sent: no replay of what it already had."""
+    d = start(home, "--cowchat-reconnect-secs", "60")
+    try:
+        a, b = CC(d.cowchat_unix), CC(d.cowchat_unix)
+        reg(a, "alice")
+        reg(b, "bob")
+        gone = a.ok("create_room", {"name": "gone", "public": True})["room_id"]
+        kept = a.ok("create_room", {"name": "kept", "public": True})["room_id"]
+        for r in (gone, kept):
+            a.ok("join_room", {"room_id": r})
+            b.ok("join_room", {"room_id": r})
+        a.ok("leave_room", {"room_id": gone})
+        a.close()
+        b.ok("send_message", {"room_id": gone, "content": "after alice left"})
+        missed = [b.ok("send_message", {"room_id": kept, "content": f"missed {i}"})["seq"] for i in range(3)]
+        a = CC(d.cowchat_unix)
+        back = reg(a, "alice", reconnect=True)["payload"]
+        assert back["rooms"] == [kept] and back["replayed"] is True
+        live = b.ok("send_message", {"room_id": kept, "content": "live"})["seq"]
+        mark = b.ok("send_message", {"room_id": kept, "content": "mark"})["seq"]
+
+        def until(conn: CC, seq: int) -> list[tuple[str, int]]:
+            got = []
+            while not got or got[-1][1] != seq:
+                m = conn.push("message_received")["payload"]
+                got.append((m["room_id"], m["seq"]))
+            return got
+
+        assert until(a, mark) == [(kept, s) for s in missed + [live, mark]]
+        a2 = CC(d.cowchat_unix)
+        assert reg(a2, "alice", reconnect=True)["payload"]["rooms"] == [kept]
+        after = b.ok("send_message", {"room_id": kept, "content": "to both"})["seq"]
+        assert until(a2, after) == [(kept, after)]
+        assert until(a, after) == [(kept, after)]
+    finally:
+        d.stop()
+
+
 def test_ephemeral_room_goes_when_its_last_member_is_gone(home):
     d = start(home, "--cowchat-reconnect-secs", "1")
     try:

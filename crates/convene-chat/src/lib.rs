@@ -67,6 +67,10 @@ pub enum Error {
     /// The peer closed the connection.
     #[error("connection closed by the server")]
     Closed,
+    /// A frame from the server is larger than this client takes (the connection is then
+    /// unusable). A catch-up that hits it asks again for smaller history pages.
+    #[error("frame too large: {0}")]
+    TooLarge(String),
     /// The server sent a line that is not a JSON frame.
     #[error("bad frame from server: {0}")]
     BadFrame(String),
@@ -97,7 +101,12 @@ impl Error {
     pub fn is_transport(&self) -> bool {
         matches!(
             self,
-            Error::Io(_) | Error::Ws(_) | Error::Closed | Error::BadFrame(_) | Error::Timeout
+            Error::Io(_)
+                | Error::Ws(_)
+                | Error::Closed
+                | Error::TooLarge(_)
+                | Error::BadFrame(_)
+                | Error::Timeout
         )
     }
 

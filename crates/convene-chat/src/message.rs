@@ -96,6 +96,15 @@ impl Filter {
     }
 }
 
+/// ` [undecryptable: why]` for a sealed message the room key did not open (so the raw blob
+/// a human sees is not mistaken for a keyless read), else "".
+pub fn undecryptable_note(m: &Value) -> String {
+    match m["decrypt_error"].as_str() {
+        Some(e) => format!(" [undecryptable: {e}]"),
+        None => String::new(),
+    }
+}
+
 /// One human-readable line: `[seq] name: content` (with markers for replies and ends).
 pub fn text_line(m: &Value) -> String {
     let name = m["agent_name"]
@@ -113,6 +122,7 @@ pub fn text_line(m: &Value) -> String {
     }
     s.push_str(": ");
     s.push_str(m["content"].as_str().unwrap_or_default());
+    s.push_str(&undecryptable_note(m));
     if is_end(m) {
         s.push_str(" [end]");
     }
@@ -179,5 +189,10 @@ mod tests {
         let m =
             json!({"seq": 4, "agent_name": "al", "content": "bye", "metadata": {"kind": "end"}});
         assert_eq!(text_line(&m), "[4] al: bye [end]");
+        let m = json!({"seq": 5, "agent_name": "al", "content": "cow1:AAAA", "decrypt_error": "crypto: x"});
+        assert_eq!(
+            text_line(&m),
+            "[5] al: cow1:AAAA [undecryptable: crypto: x]"
+        );
     }
 }

@@ -228,7 +228,7 @@ impl Conn {
                     Ok(_) => return Err(Error::Closed), // EOF inside a line
                     Err(e) if is_timeout(&e) => {
                         if partial.len() > MAX_LINE {
-                            return Err(Error::BadFrame("frame too large".into()));
+                            return Err(Error::TooLarge(format!("over {MAX_LINE} bytes")));
                         }
                         if deadline.is_some_and(|d| Instant::now() >= d) {
                             return Ok(None);
@@ -270,6 +270,7 @@ fn ws_err(e: tungstenite::Error) -> Error {
     match e {
         tungstenite::Error::ConnectionClosed | tungstenite::Error::AlreadyClosed => Error::Closed,
         tungstenite::Error::Io(e) => Error::Io(e),
+        tungstenite::Error::Capacity(e) => Error::TooLarge(e.to_string()),
         e => Error::Ws(e.to_string()),
     }
 }

@@ -89,6 +89,14 @@ pub fn run(ctx: &Ctx, cmd: Cmd) -> anyhow::Result<i32> {
             text,
         } => {
             let r = ctx.room(&mut c, &room)?;
+            // Where following starts when the page is empty: the given seq, else the tip
+            // read *before* the page (a tip read after it would skip a message that landed
+            // between the two reads).
+            let mut last = match since_seq {
+                Some(n) => n,
+                None if follow => ctx.tip(&mut c, &r.id)?,
+                None => 0,
+            };
             let mut p = json!({"room_id": r.id, "limit": limit});
             if let Some(s) = since {
                 p["since"] = json!(s);
@@ -97,10 +105,14 @@ pub fn run(ctx: &Ctx, cmd: Cmd) -> anyhow::Result<i32> {
                 p["since_seq"] = json!(n);
             }
             let v = c.request("get_history", p)?;
-            let mut last = since_seq.unwrap_or(0);
-            for m in v["messages"].as_array().cloned().unwrap_or_default() {
+            let page = v["messages"].as_array().cloned().unwrap_or_default();
+            if let Some(newest) = page.iter().map(message::seq).max() {
+                // Follow on from what was printed (with --since and a limit, that can be
+                // well below the tip).
+                last = newest;
+            }
+            for m in page {
                 let m = ctx.incoming(m);
-                last = last.max(message::seq(&m));
                 if text {
                     println!("{}", message::text_line(&m));
                 } else {
@@ -108,9 +120,6 @@ pub fn run(ctx: &Ctx, cmd: Cmd) -> anyhow::Result<i32> {
                 }
             }
             if follow {
-                if last == 0 {
-                    last = ctx.tip(&mut c, &r.id)?;
-                }
                 drop(c);
                 return crate::wait::follow_history(ctx, &r.id, last, text);
             }

@@ -1,13 +1,15 @@
 //! What every command needs: the endpoint, the identity, the room secret; connecting, room
 //! resolution, sealing outgoing content and reading history pages.
 
+use std::cell::Cell;
+
 use anyhow::{bail, Context as _};
 use convene_chat::{crypto, endpoint, message, Client, Endpoint, Identity, TlsConfig};
 use serde_json::{json, Value};
 
 use crate::Global;
 
-/// History page size used when reading a whole range.
+/// History page size used when reading a whole range (until a page proves too large).
 pub const PAGE: u64 = 1000;
 
 /// Resolved global options.
@@ -22,6 +24,9 @@ pub struct Ctx {
     pub room_key: Option<String>,
     /// `--json`.
     pub json: bool,
+    /// Rows per history page of [`Ctx::history_after`]: [`PAGE`], halved each time a page
+    /// was too large to be received (a backlog of long messages over WebSocket).
+    page: Cell<u64>,
 }
 
 /// A room resolved on a connection.
@@ -70,6 +75,7 @@ impl Ctx {
             },
             room_key: g.room_key.clone().filter(|k| !k.is_empty()),
             json: g.json,
+            page: Cell::new(PAGE),
         })
     }
 
@@ -122,10 +128,11 @@ impl Ctx {
     ) -> anyhow::Result<Vec<Value>> {
         let mut out = Vec::new();
         let mut cur = after;
+        let limit = self.page.get();
         loop {
             let r = c.request(
                 "get_history",
-                json!({"room_id": room_id, "since_seq": cur, "limit": PAGE}),
+                json!({"room_id": room_id, "since_seq": cur, "limit": limit}),
             )?;
             let page = r["messages"].as_array().cloned().unwrap_or_default();
             let Some(last) = page.last().map(message::seq) else {
@@ -135,13 +142,23 @@ impl Ctx {
                 break; // a server that ignores since_seq: do not loop forever
             }
             cur = last;
-            let more = r["has_more"].as_bool().unwrap_or(page.len() as u64 >= PAGE);
+            let more = r["has_more"]
+                .as_bool()
+                .unwrap_or(page.len() as u64 >= limit);
             out.extend(page.into_iter().map(|m| self.incoming(m)));
             if !more {
                 break;
             }
         }
         Ok(out)
+    }
+
+    /// Halves the history page size after a page too large to receive; false when it is
+    /// already one row.
+    pub fn shrink_page(&self) -> bool {
+        let p = self.page.get();
+        self.page.set((p / 2).max(1));
+        p > 1
     }
 
     /// The room's tip seq (newest message; 0 when empty).

@@ -59,6 +59,8 @@ struct Waiter<'a> {
     /// Plain mode without --since-seq: no catch-up at all.
     catch_up: bool,
     recheck: Duration,
+    /// `--idle-timeout`: how long without a matching message before exit 2.
+    idle: Option<Duration>,
     idle_deadline: Option<Instant>,
     plain_deadline: Option<Instant>,
     woke: bool,
@@ -68,6 +70,9 @@ struct Waiter<'a> {
     ended: bool,
     /// Own messages are shown (`history --follow`), so they are read from history.
     own_included: bool,
+    /// The room's id once resolved: a reconnect must not follow another room that took
+    /// its name meanwhile (its seqs start again, below this cursor).
+    room_id: Option<String>,
 }
 
 /// `cowchat wait`.
@@ -103,6 +108,10 @@ pub fn run(ctx: &Ctx, a: &WaitArgs) -> anyhow::Result<i32> {
         .flat_map(|s| s.split(',').map(str::trim).map(String::from))
         .filter(|s| !s.is_empty())
         .collect();
+    let idle = match mode {
+        Mode::Plain => None,
+        _ => a.idle_timeout.map(Duration::from_secs),
+    };
     let mut w = Waiter {
         ctx,
         mode,
@@ -119,15 +128,14 @@ pub fn run(ctx: &Ctx, a: &WaitArgs) -> anyhow::Result<i32> {
         since: a.since_seq.unwrap_or(SinceSeq::Auto),
         catch_up: mode != Mode::Plain || a.since_seq.is_some(),
         recheck,
-        idle_deadline: match mode {
-            Mode::Plain => None,
-            _ => a.idle_timeout.map(|s| now + Duration::from_secs(s)),
-        },
+        idle,
+        idle_deadline: idle.map(|d| now + d),
         plain_deadline,
         woke: false,
         thinking_shown: BTreeSet::new(),
         ended: false,
         own_included: false,
+        room_id: None,
     };
     w.run(&a.room)
 }
@@ -146,12 +154,14 @@ pub fn follow_history(ctx: &Ctx, room: &str, after: u64, text: bool) -> anyhow::
         since: SinceSeq::N(after),
         catch_up: true,
         recheck: RECHECK,
+        idle: None,
         idle_deadline: None,
         plain_deadline: None,
         woke: false,
         thinking_shown: BTreeSet::new(),
         ended: false,
         own_included: true,
+        room_id: None,
     };
     w.run(room)
 }
@@ -174,9 +184,8 @@ impl Waiter<'_> {
                     return Ok(EXIT_IDLE);
                 }
                 Err(e) => {
-                    let transport = e
-                        .downcast_ref::<convene_chat::Error>()
-                        .is_some_and(convene_chat::Error::is_transport);
+                    let err = e.downcast_ref::<convene_chat::Error>();
+                    let transport = err.is_some_and(convene_chat::Error::is_transport);
                     // Logic errors (no such room, refused) and a first connection that never
                     // worked are reported, not retried: a typo must not hang forever.
                     if self.mode == Mode::Plain || !transport || first && self.cursor.is_none() {
@@ -190,6 +199,15 @@ impl Waiter<'_> {
                         println!("{seq}");
                         eprintln!("wait: idle timeout; resume with --since-seq {seq}");
                         return Ok(EXIT_IDLE);
+                    }
+                    // A catch-up page too large to receive would fail the same way forever:
+                    // ask for smaller pages, at once (nothing is wrong with the server).
+                    if matches!(err, Some(convene_chat::Error::TooLarge(_)))
+                        && self.ctx.shrink_page()
+                    {
+                        eprintln!("wait: {e:#}; reconnecting for smaller history pages");
+                        first = false;
+                        continue;
                     }
                     eprintln!("wait: {e:#}; reconnecting in {backoff:?}");
                     std::thread::sleep(backoff);
@@ -207,14 +225,23 @@ impl Waiter<'_> {
         if !self.own_included {
             self.filter.self_id = c.agent_id.clone();
         }
-        let r = self.ctx.room(&mut c, room)?;
+        let r = self
+            .ctx
+            .room(&mut c, self.room_id.as_deref().unwrap_or(room))?;
+        self.room_id = Some(r.id.clone());
         if self.cursor.is_none() {
             let from_file = self.cursor_file.as_deref().and_then(cursor::read);
-            self.cursor = Some(match (self.since, from_file) {
+            let at = match (self.since, from_file) {
                 (SinceSeq::N(n), _) => n,
                 (SinceSeq::Auto, Some(n)) => n,
                 (SinceSeq::Auto | SinceSeq::Tip, _) => self.ctx.tip(&mut c, &r.id)?,
-            });
+            };
+            // Record the start at once: a waiter that ends (idle, killed) before its first
+            // row must not leave `auto` to resolve to a later tip and skip what came between.
+            if from_file != Some(at) {
+                self.save_cursor(at)?;
+            }
+            self.cursor = Some(at);
         }
         loop {
             if self.catch_up {
@@ -326,7 +353,8 @@ impl Waiter<'_> {
         }
         let name = m["agent_name"].as_str().unwrap_or("?");
         let content = m["content"].as_str().unwrap_or_default();
-        eprintln!("wait: thinking {name}: {content}");
+        let note = message::undecryptable_note(m);
+        eprintln!("wait: thinking {name}: {content}{note}");
     }
 
     /// Handles one message row. Returns true when the wait should return now.
@@ -342,19 +370,27 @@ impl Waiter<'_> {
         if wakes {
             self.emit(&m)?;
             self.woke = true;
-            if self.mode == Mode::Follow && message::is_end(&m) {
-                self.ended = true;
+            if self.mode == Mode::Follow {
+                self.ended |= message::is_end(&m);
+                // Idle means no matching message for that long: a stream restarts the clock.
+                self.idle_deadline = self.idle.map(|d| Instant::now() + d);
             }
         }
         if seq > cur {
             self.cursor = Some(seq);
             // Pulses at or below the cursor can no longer come back.
             self.thinking_shown = self.thinking_shown.split_off(&(seq + 1));
-            if let Some(p) = &self.cursor_file {
-                cursor::write(p, seq).with_context(|| format!("writing {}", p.display()))?;
-            }
+            self.save_cursor(seq)?;
         }
         Ok(wakes && matches!(self.mode, Mode::Plain | Mode::Loop) && !self.drain)
+    }
+
+    /// Replaces the `--cursor-file`, if any, with `seq`.
+    fn save_cursor(&self, seq: u64) -> anyhow::Result<()> {
+        if let Some(p) = &self.cursor_file {
+            cursor::write(p, seq).with_context(|| format!("writing {}", p.display()))?;
+        }
+        Ok(())
     }
 
     fn emit(&self, m: &Value) -> anyhow::Result<()> {
