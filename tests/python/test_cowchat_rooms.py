@@ -9,7 +9,7 @@ import time
 
 import pytest
 from conftest import Daemon, convene_bin
-from test_cowchat import CC, error_code, free_port
+from test_cowchat import CC, error_code, free_port, make_room
 
 # The known answer: a real sealed blob (secret "correct horse battery staple",
 # room "room-abc", nonce 00..0b, plaintext "hello world").
@@ -425,3 +425,26 @@ def test_room_names_resolve_and_stay_unique_across_rename_destroy_other_faces_an
         assert (resolves("omega"), resolves("alpha")) == (r5, None)
     finally:
         d.stop()
+
+
+def test_a_connection_of_an_agent_that_left_and_joined_again_elsewhere_gets_pushes_again(cow):
+    # Membership is the agent's, not the connection's: a listener left open keeps following
+    # the room after the same agent id leaves and joins again from another connection (a
+    # one-shot CLI command), and sees nothing sent while the agent was not a member.
+    listen, cli, peer = CC(cow.cowchat_unix), CC(cow.cowchat_unix), CC(cow.cowchat_unix)
+    listen.register("me", agent_id="me")
+    cli.register("me", agent_id="me")
+    peer.register("peer", agent_id="peer")
+    room = make_room(peer, "rejoin")
+    listen.ok("join_room", {"room_id": room})
+    peer.ok("send_message", {"room_id": room, "content": "before"})
+    assert listen.push("message_received")["payload"]["content"] == "before"
+    cli.ok("leave_room", {"room_id": room})
+    peer.ok("send_message", {"room_id": room, "content": "while away"})
+    cli.ok("join_room", {"room_id": room})
+    peer.ok("send_message", {"room_id": room, "content": "after"})
+    assert listen.push("message_received")["payload"]["content"] == "after"
+    shown = [f["payload"].get("content") for f in listen.pending if f["type"] == "message_received"]
+    assert "while away" not in shown
+    for c in (listen, cli, peer):
+        c.close()

@@ -163,6 +163,11 @@ fn decision_payload(e: &Stored<'_>) -> Vec<u8> {
     serde_json::to_vec(&m).unwrap_or_default()
 }
 
+/// True when `fe` is the agent's own membership event of `kind` (join or leave).
+fn own_membership(fe: &FeedEvent, kind: &str, me: &str) -> bool {
+    fe.kind == kind && Stored::parse(&fe.json).is_some_and(|e| e.actor().map(|a| a.0) == Some(me))
+}
+
 async fn run(
     face: &Face,
     out: &Outbox,
@@ -174,6 +179,9 @@ async fn run(
     let mut at = cursor.load(Ordering::Relaxed);
     let feed = hub.feed(gid, at);
     let mut head_rx = feed.subscribe();
+    // The agent left the room (through another of its connections, or this one before it
+    // asked to leave): push nothing until its own join comes by again.
+    let mut away = false;
     loop {
         loop {
             let page = face
@@ -191,6 +199,10 @@ async fn run(
             let mut lines = Vec::new();
             for fe in page {
                 at = fe.seq;
+                if away {
+                    away = !own_membership(&fe, kinds::ACTOR_ADD, me);
+                    continue;
+                }
                 if let Some(m) = message_memo(&fe) {
                     for (t, p) in m.map(|m| message_pushes(m, gid, me)).unwrap_or_default() {
                         out.append_push(&mut lines, t, &p);
@@ -199,14 +211,12 @@ async fn run(
                     let Some(e) = Stored::parse(&fe.json) else {
                         continue;
                     };
-                    // The agent left (maybe through another of its connections): stop here,
-                    // so a non-member never sees the room's later messages.
+                    // The agent left (maybe through another of its connections): a non-member
+                    // never sees the room's later messages, until the agent joins again
+                    // (from any of its connections), when pushes resume after that join.
                     if e.kind == kinds::ACTOR_REMOVE && e.actor().map(|a| a.0) == Some(me) {
-                        if !lines.is_empty() {
-                            out.push_line(lines, None).await;
-                        }
-                        cursor.fetch_max(at, Ordering::Relaxed);
-                        return Ok(());
+                        away = true;
+                        continue;
                     }
                     for (t, p) in pushes_of(&e, me) {
                         out.append_push(&mut lines, t, &p);
