@@ -503,3 +503,32 @@ fn follower_stops_when_its_room_was_replaced_while_it_was_cut_off() {
     assert!(rest.is_empty(), "{rest}");
     assert!(err.contains("no room named or with id"), "{err}");
 }
+
+#[test]
+fn a_start_past_the_rooms_newest_row_waits_from_the_newest_row_and_says_so() {
+    let d = Daemon::start();
+    create_room(&d, "alice", "fresh", &[]);
+    join(&d, "bob", "fresh");
+    send(&d, "alice", "fresh", "old", &[]);
+    // A cursor left over from another room of that name, far ahead of this one.
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("bob.cursor");
+    std::fs::write(&f, "5000\n").unwrap();
+    let mut c = d.cow("bob");
+    c.args(["wait", "fresh", "--loop", "--cursor-file"]).arg(&f);
+    let w = c
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until("the waiter's clamped cursor", || read_cursor(&f) < 5000);
+    send(&d, "alice", "fresh", "new", &[]);
+    let o = w.wait_with_output().unwrap();
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(
+        contents(&json_lines(&String::from_utf8_lossy(&o.stdout))),
+        vec!["new"]
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("past the newest row"), "{err}");
+}

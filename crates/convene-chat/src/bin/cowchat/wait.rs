@@ -232,8 +232,18 @@ impl Waiter<'_> {
         if self.cursor.is_none() {
             let from_file = self.cursor_file.as_deref().and_then(cursor::read);
             let at = match (self.since, from_file) {
-                (SinceSeq::N(n), _) => n,
-                (SinceSeq::Auto, Some(n)) => n,
+                (SinceSeq::N(n), _) | (SinceSeq::Auto, Some(n)) => {
+                    // A start past the room's newest row (a cursor file of a room destroyed
+                    // and made again under the same name) would skip its next messages.
+                    let tip = self.ctx.tip(&mut c, &r.id)?;
+                    if n > tip {
+                        eprintln!(
+                            "wait: start seq {n} is past the newest row of {room} ({tip}); \
+                             waiting from {tip}"
+                        );
+                    }
+                    n.min(tip)
+                }
                 (SinceSeq::Auto | SinceSeq::Tip, _) => self.ctx.tip(&mut c, &r.id)?,
             };
             // Record the start at once: a waiter that ends (idle, killed) before its first
