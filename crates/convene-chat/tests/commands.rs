@@ -699,3 +699,38 @@ fn sub_create_list_and_delete_through_the_cli() {
     send(&d, "alice", "hooks", "after the delete", &[]);
     assert!(got.recv_timeout(Duration::from_millis(500)).is_err());
 }
+
+#[test]
+fn a_plain_wait_wakes_on_a_leaders_decision() {
+    let d = Daemon::start();
+    create_room(&d, "alice", "plain", &[]);
+    join(&d, "bob", "plain");
+    let mut c = d.cow("alice");
+    c.args(["election", "start", "plain"]);
+    ok(c);
+    // A plain wait (no --since-seq: no catch-up) only sees what is pushed after it started,
+    // so decisions are repeated until it has seen one.
+    let mut c = d.cow("bob");
+    c.args(["wait", "plain", "--timeout", "60"]);
+    let mut w = c
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(45);
+    let mut k = 0;
+    while w.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the plain wait never woke");
+        let mut c = d.cow("alice");
+        c.args(["election", "decide", "plain", &format!("decision {k}")]);
+        k += usize::from(run(c).status.success());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let o = w.wait_with_output().unwrap();
+    assert!(o.status.success(), "{o:?}");
+    let rows = json_lines(&String::from_utf8_lossy(&o.stdout));
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert!(rows[0]["content"]
+        .as_str()
+        .is_some_and(|t| t.starts_with("decision ")));
+}

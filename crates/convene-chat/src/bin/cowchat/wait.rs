@@ -327,8 +327,14 @@ impl Waiter<'_> {
                     let m = self.ctx.incoming(p.clone());
                     self.show_thinking(&m);
                 }
-                // Decisions are history rows; fetch them in order through the catch-up.
+                // Decisions are history rows; fetch them in order through the catch-up, or,
+                // for a plain wait (no catch-up), take the push as the row it is.
                 "decision_made" if in_room && self.catch_up => return Ok(None),
+                "decision_made" if in_room => {
+                    if self.process(p.clone())? || self.ended {
+                        return Ok(Some(End::Woke));
+                    }
+                }
                 "agent_joined" if in_room && self.mode != Mode::Plain => {
                     let id = p["agent"]["agent_id"]
                         .as_str()
