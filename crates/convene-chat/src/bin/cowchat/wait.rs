@@ -331,7 +331,8 @@ impl Waiter<'_> {
                 // for a plain wait (no catch-up), take the push as the row it is.
                 "decision_made" if in_room && self.catch_up => return Ok(None),
                 "decision_made" if in_room => {
-                    if self.process(p.clone())? || self.ended {
+                    let woke = self.process(p.clone())?;
+                    if woke || self.ended {
                         return Ok(Some(End::Woke));
                     }
                 }
