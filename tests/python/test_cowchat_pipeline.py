@@ -198,3 +198,47 @@ def test_kill9_during_pipelined_sends_loses_no_acknowledged_message(home):
         c.close()
     finally:
         d.stop()
+
+
+def test_a_history_page_of_long_messages_is_cut_at_8_mib_and_pages_on(home):
+    # 10,000 messages of 256 KiB would be a 2.5 GB answer: a page stops at 8 MiB of messages
+    # (the end the client pages from), says has_more, and paging reaches every message, from
+    # memory and, after a restart, from the store.
+    d = Daemon(home).start()
+    unix = ("unix", str(home / "daemon" / "cowchat.sock"))
+    a = CC(unix, timeout=60)
+    a.register("alice", agent_id="alice")
+    room = make_room(a, "long")
+    big = "x" * (250 * 1024)
+    seqs = [a.ok("send_message", {"room_id": room, "content": f"{i:03d}{big}"})["seq"] for i in range(40)]
+
+    def check(c: CC) -> None:
+        newest = c.ok("get_history", {"room_id": room, "limit": 1000})
+        got = [m["seq"] for m in newest["messages"]]
+        assert newest["has_more"] is True and 0 < len(got) < 40
+        assert got == seqs[-len(got):], "the newest end is kept"
+        assert sum(len(m["content"]) for m in newest["messages"]) <= 8 << 20
+        # Backwards with `before` from the oldest shown, forwards with `since_seq`: all 40.
+        back = list(got)
+        while len(back) < 40:
+            p = c.ok("get_history", {"room_id": room, "limit": 1000, "before": back[0]})
+            back = [m["seq"] for m in p["messages"]] + back
+        assert back == seqs
+        fwd, cursor = [], 0
+        while True:
+            p = c.ok("get_history", {"room_id": room, "limit": 1000, "since_seq": cursor})
+            fwd += [m["seq"] for m in p["messages"]]
+            if not p["has_more"]:
+                break
+            cursor = fwd[-1]
+        assert fwd == seqs
+
+    check(a)
+    a.close()
+    d.stop()
+    d = Daemon(home).start()
+    b = CC(unix, timeout=60)
+    b.register("alice", agent_id="alice")
+    check(b)
+    b.close()
+    d.stop()

@@ -27,6 +27,10 @@ pub const MAX_MENTIONS: usize = 64;
 pub const DEFAULT_HISTORY_LIMIT: usize = 50;
 /// Largest `get_history` `limit` (larger values are clamped, not refused).
 pub const MAX_HISTORY_LIMIT: usize = 10_000;
+/// Most bytes of messages one `get_history` answer carries: a page of long messages is cut
+/// (with `has_more`) so an answer stays well under the 16 MiB a WebSocket client takes in one
+/// frame, and no request makes the daemon build gigabytes (10,000 × 256 KiB).
+pub const MAX_HISTORY_BYTES: usize = 8 << 20;
 /// Longest room name, in Unicode scalar values (after trimming).
 pub const MAX_ROOM_NAME_CHARS: usize = 100;
 /// Longest room description, in bytes.

@@ -17,6 +17,7 @@ use convene_core::{event::kinds, Command, Event, SendArgs};
 use convene_cowchat::frame::push_json_str;
 use convene_cowchat::{
     e2e, parse, ErrorCode, GetHistory, RoomContent, RoomRef, SendMessage, WireError,
+    MAX_HISTORY_BYTES,
 };
 use convene_store::{RawEvent, Readers};
 use serde::Deserialize;
@@ -456,7 +457,7 @@ pub(super) async fn get_history(
             Some(a) => readers.events_between(&gid, a, before.unwrap_or(0), limit, &msg_kinds())?,
             None => readers.events_before(&gid, before.unwrap_or(0), limit, &msg_kinds())?,
         };
-        Ok(render_history(&head, &rows, limit))
+        Ok(render_history(&head, &rows, limit, after.is_some()))
     })
     .await
 }
@@ -476,21 +477,61 @@ fn history_from_memory(
         Some(a) => feed.scan_between(a, before.unwrap_or(0), limit, is_msg)?,
         None => feed.scan_before(before.unwrap_or(0), limit, is_msg)?,
     };
-    let mut page = HistoryPage::new(head, evs.len() * 256);
-    for m in evs.iter().filter_map(|e| push::message_memo(e).flatten()) {
+    let msgs: Vec<_> = evs
+        .iter()
+        .filter_map(|e| push::message_memo(e).flatten())
+        .collect();
+    let sizes: Vec<usize> = msgs.iter().map(|m| m.message.len()).collect();
+    let keep = within_budget(&sizes, after.is_some());
+    let cut = keep.len() < msgs.len();
+    let mut page = HistoryPage::new(head, sizes[keep.clone()].iter().sum());
+    for m in &msgs[keep] {
         page.push(|out| out.extend_from_slice(&m.message));
     }
-    Some(page.finish(evs.len() == limit))
+    Some(page.finish(evs.len() == limit || cut))
 }
 
-fn render_history(head: &FrameHead, rows: &[RawEvent], limit: usize) -> Vec<u8> {
-    let mut page = HistoryPage::new(head, rows.iter().map(|r| r.json.len()).sum());
-    for r in rows {
-        if let Some(st) = Stored::parse(&r.json).filter(|st| st.is_message()) {
-            page.push(|out| st.write_message(out));
-        }
+fn render_history(head: &FrameHead, rows: &[RawEvent], limit: usize, forward: bool) -> Vec<u8> {
+    let msgs: Vec<(Stored<'_>, usize)> = rows
+        .iter()
+        .filter_map(|r| {
+            Stored::parse(&r.json)
+                .filter(|st| st.is_message())
+                .map(|st| (st, r.json.len()))
+        })
+        .collect();
+    // The stored event is a little longer than the message it renders to: a safe estimate.
+    let sizes: Vec<usize> = msgs.iter().map(|m| m.1).collect();
+    let keep = within_budget(&sizes, forward);
+    let cut = keep.len() < msgs.len();
+    let mut page = HistoryPage::new(head, sizes[keep.clone()].iter().sum());
+    for (st, _) in &msgs[keep] {
+        page.push(|out| st.write_message(out));
     }
-    page.finish(rows.len() == limit)
+    page.finish(rows.len() == limit || cut)
+}
+
+/// The messages of a page to send: all, or past [`MAX_HISTORY_BYTES`] the run that fits at
+/// the end the client pages from (the oldest after `since`, else the newest); never none of
+/// a non-empty page, so paging always moves.
+fn within_budget(sizes: &[usize], forward: bool) -> std::ops::Range<usize> {
+    let n = sizes.len();
+    let mut total = 0;
+    if forward {
+        let mut end = 0;
+        while end < n && (end == 0 || total + sizes[end] <= MAX_HISTORY_BYTES) {
+            total += sizes[end];
+            end += 1;
+        }
+        0..end
+    } else {
+        let mut start = n;
+        while start > 0 && (start == n || total + sizes[start - 1] <= MAX_HISTORY_BYTES) {
+            total += sizes[start - 1];
+            start -= 1;
+        }
+        start..n
+    }
 }
 
 /// What the `get_history` answer frame starts with.
