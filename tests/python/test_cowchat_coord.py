@@ -144,6 +144,86 @@ def test_election_with_decline_then_leader_only_decision(cow):
     assert ev["kind"] == "chat.message" and ev["data"]["cowchat"]["decision"] is True
 
 
+def test_a_task_whose_assignee_left_can_still_be_updated(cow):
+    # The assignee check is for a new assignee: a task whose assignee left the room can
+    # still be marked done or noted (by the room's members), and everyone who stayed is told.
+    a, b, aid, bid, room = pair(cow, "work")
+    c = CC(cow.cowchat_unix)
+    c.register("carol", agent_id="carol")
+    c.ok("join_room", {"room_id": room})
+    task = a.ok("assign_task", {"room_id": room, "title": "ship it", "assignee": bid})
+    assert b.push("task_assigned")["payload"]["task_id"] == task["task_id"]
+    b.ok("leave_room", {"room_id": room})
+    done = a.ok("update_task", {"task_id": task["task_id"], "status": "completed", "note": "bob left"})
+    assert done["status"] == "completed" and done["assignee"] == bid and done["note"] == "bob left"
+    pushed = c.push("task_updated")["payload"]
+    while pushed["task_id"] != task["task_id"] or pushed["status"] != "completed":
+        pushed = c.push("task_updated")["payload"]
+    assert pushed["updated_by"] == aid and pushed["assignee"] == bid
+    # Naming a non-member as the new assignee is still refused, and changes nothing.
+    assert error_code(a.req("update_task", {"task_id": task["task_id"], "assignee": bid})) == "not_in_room"
+    reassigned = c.ok("update_task", {"task_id": task["task_id"], "assignee": "carol"})
+    assert reassigned["assignee"] == "carol" and reassigned["status"] == "completed"
+    listed = a.ok("list_tasks", {"room_id": room, "status": "completed"})["tasks"]
+    assert [(t["task_id"], t["assignee"]) for t in listed] == [(task["task_id"], "carol")]
+
+
+def test_an_election_whose_window_ends_while_the_daemon_is_down_keeps_its_declines(home):
+    # kill -9 inside the opt-out window, back up after it: the election ends at once, only
+    # among the candidates that did not decline; each agent that reconnects is pushed the
+    # result it missed, and only the winner may decide.
+    port = free_port()
+    d = start(home, port)
+    try:
+        a, b, aid, bid, room = pair(d, "council")
+        a.ok("elect_leader", {"room_id": room})
+        a.ok("decline_election", {"room_id": room})
+        d.kill9()
+        time.sleep(2.5)  # the 2-second window passes while the daemon is down
+        d = start(home, port)
+        a, b = CC(d.cowchat_unix), CC(d.cowchat_tcp)
+        a.register("alice", agent_id="alice", reconnect=True)
+        b.register("bob", agent_id="bob", reconnect=True)
+        for c in (a, b):
+            got = c.push("leader_elected", timeout=10)["payload"]
+            assert got == {"room_id": room, "leader_id": bid, "leader_name": "bob"}
+        assert error_code(a.req("decision", {"room_id": room, "content": "mine"})) == "not_leader"
+        assert error_code(a.req("decline_election", {"room_id": room})) == "no_election_active"
+        made = b.ok("decision", {"room_id": room, "content": "bob decides"})
+        assert a.push("decision_made")["payload"]["message_id"] == made["message_id"]
+        kinds = [e["kind"] for e in ledger(d, room) if e["kind"].startswith(("x.cowchat.election", "x.cowchat.leader"))]
+        assert kinds == ["x.cowchat.election.started", "x.cowchat.election.declined", "x.cowchat.leader.elected"]
+    finally:
+        d.stop()
+
+
+def test_a_vote_whose_last_ballot_was_answered_just_before_a_kill_9_is_revealed_once(home):
+    # The reveal runs after the last voter's answer; a crash in between must not leave the
+    # vote open for good (nobody is left to vote) nor reveal it twice.
+    port = free_port()
+    d = start(home, port)
+    try:
+        a, b, aid, bid, room = pair(d)
+        v = a.ok("create_vote", {"room_id": room, "title": "Pick", "options": ["A", "B"]})
+        a.ok("cast_vote", {"vote_id": v["vote_id"], "option_index": 1})
+        assert b.ok("cast_vote", {"vote_id": v["vote_id"], "option_index": 0})["votes_cast"] == 2
+        d.kill9()
+        d = start(home, port)
+        a = CC(d.cowchat_unix)
+        a.register("alice", agent_id="alice")
+        st = wait_closed(a, v["vote_id"])
+        assert st["reason"] == "all_voted" and [t["count"] for t in st["tally"]] == [1, 1]
+        assert {x["agent_id"]: x["option_index"] for x in st["ballots"]} == {aid: 1, bid: 0}
+        d.stop()
+        d = start(home, port)  # and a later restart does not reveal it again
+        a = CC(d.cowchat_unix)
+        a.register("alice", agent_id="alice")
+        assert a.ok("get_vote_status", {"vote_id": v["vote_id"]})["closed_at"] == st["closed_at"]
+        assert len([e for e in ledger(d, room) if e["kind"] == "x.cowchat.vote.result"]) == 1
+    finally:
+        d.stop()
+
+
 @pytest.fixture
 def quick(home):
     """A daemon whose reconnect window is one second."""

@@ -299,6 +299,35 @@ def test_turn_token_follows_the_three_rules(cow):
     assert b.ok("room_info", {"room_id": room})["turn_order"] == ["b", "c"]
 
 
+def test_a_holder_that_leaves_passes_the_token_to_the_member_after_it(cow):
+    # Rule 3 for a leave, not only a disconnect: the token goes to the member after the
+    # holder in join order, not back to the first member (the holder's place is gone from
+    # the room once it left, so it has to be taken from the order before the leave).
+    conns = {n: CC(cow.cowchat_unix) for n in "abcd"}
+    for n, c in conns.items():
+        reg(c, n)
+    a, b, c, d = (conns[n] for n in "abcd")
+    room = a.ok("create_room", {"name": "t", "public": True})["room_id"]
+    for x in (a, b, c, d):
+        x.ok("join_room", {"room_id": room})
+    a.ok("send_message", {"room_id": room, "content": "1"})
+    b.ok("send_message", {"room_id": room, "content": "2"})
+    assert a.ok("room_info", {"room_id": room})["current_turn_holder"] == "c"
+    c.ok("leave_room", {"room_id": room})
+    while True:
+        p = d.push("turn_changed")["payload"]
+        if p["reason"] == "left":
+            break
+    assert p["current_turn_holder"] == "d" and p["turn_order"] == ["a", "b", "d"]
+    info = a.ok("room_info", {"room_id": room})
+    assert info["current_turn_holder"] == "d" and info["turn_order"] == ["a", "b", "d"]
+    # The last member in join order passes it round to the first.
+    d.ok("leave_room", {"room_id": room})
+    assert a.ok("room_info", {"room_id": room})["current_turn_holder"] == "a"
+    for x in conns.values():
+        x.close()
+
+
 def test_encrypted_room_refuses_plaintext_and_stores_sealed_blobs_as_given(cow):
     a, b = CC(cow.cowchat_unix), CC(cow.cowchat_tcp)
     reg(a, "alice")

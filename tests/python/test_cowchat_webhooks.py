@@ -431,6 +431,33 @@ def test_subscriptions_belong_to_the_api_key(hooked, rx):
     assert [x["subscription_id"] for x in c.ok("list_subscriptions")["subscriptions"]] == [mine["subscription_id"]]
 
 
+def test_another_keys_refused_enable_does_not_stop_deliveries(hooked, rx):
+    # `enable_subscription` of a subscription id the caller does not own is refused like
+    # an unknown id, and must leave the owner's deliveries running (it used to stop the
+    # delivery task before looking at the owner, silencing the subscription until a restart).
+    c, room = setup_room(hooked.home)
+    mine = subscribe(c, room, rx.url())
+    m1 = c.post(room, "m1")
+    rx.wait_delivered(1)
+    keys = hooked.home / "keys.d"
+    keys.mkdir(exist_ok=True)
+    fd = os.open(keys / "team2.key", os.O_WRONLY | os.O_CREAT, 0o600)
+    os.write(fd, b"team2-api-key\n")
+    os.close(fd)
+    other = Cow(hooked.home)
+    other.register("carol", key="team2-api-key")
+    assert other.err("enable_subscription", {"subscription_id": mine["subscription_id"]}) == "invalid_payload"
+    m2 = c.post(room, "m2")
+    got = rx.wait_delivered(2)
+    assert [g["message"]["message_id"] for g in got] == [m1["message_id"], m2["message_id"]]
+    # The cursor is written just after the receiver answered.
+    deadline = time.time() + 20
+    while (s := c.ok("list_subscriptions")["subscriptions"][0])["cursor_seq"] != m2["seq"]:
+        assert time.time() < deadline, s
+        time.sleep(0.02)
+    assert s["status"] == "active"
+
+
 def test_redirects_are_failures_and_never_followed(hooked, rx):
     c, room = setup_room(hooked.home)
     subscribe(c, room, rx.url("/redirect"))

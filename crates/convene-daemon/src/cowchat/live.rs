@@ -274,20 +274,41 @@ pub(super) fn fan_out(outs: &[Arc<Outbox>], ftype: &str, payload: &Value) {
 
 /// The turn order of a room: its connected members, in join order.
 pub(super) fn turn_order(face: &Face, gid: &str) -> Vec<String> {
-    let members: Vec<String> = {
-        let eng = face.d.ledger.engine();
-        match eng.group(gid) {
-            Some(g) => g.collaborators().map(|a| a.id.clone()).collect(),
-            None => return Vec::new(),
-        }
-    };
+    let members = join_order(face, gid);
     let live = face.live.lock();
     members.into_iter().filter(|m| live.online(m)).collect()
 }
 
+/// The room's members in join order, connected or not.
+pub(super) fn join_order(face: &Face, gid: &str) -> Vec<String> {
+    let eng = face.d.ledger.engine();
+    eng.group(gid)
+        .map(|g| g.collaborators().map(|a| a.id.clone()).collect())
+        .unwrap_or_default()
+}
+
 /// Applies a turn rule and pushes `turn_changed` to the room when the holder changed.
-/// `actor` joined, sent, left or disconnected (`reason`).
+/// `actor` joined, sent or disconnected (`reason`).
 pub(super) fn turn_event(face: &Face, gid: &str, actor: &str, reason: &str) {
+    turn_event_in(face, gid, actor, reason, None);
+}
+
+/// Rule 3 for a member that was just removed (it left, or its reconnect window ran out):
+/// `before` is the room's join order from before the removal, the only one that still
+/// says where the removed holder stood.
+pub(super) fn turn_after_removal(
+    face: &Face,
+    gid: &str,
+    actor: &str,
+    reason: &str,
+    before: &[String],
+) {
+    turn_event_in(face, gid, actor, reason, Some(before));
+}
+
+/// [`turn_event`]; a removed holder's successor is looked up in `before` when given, else
+/// in the room's join order now.
+fn turn_event_in(face: &Face, gid: &str, actor: &str, reason: &str, before: Option<&[String]>) {
     let order = turn_order(face, gid);
     let (changed, holder, outs) = {
         let mut live = face.live.lock();
@@ -306,9 +327,10 @@ pub(super) fn turn_event(face: &Face, gid: &str, actor: &str, reason: &str) {
             // Rule 3: the holder left or disconnected: the next member (the order no longer
             // holds the holder, so continue from its old place).
             _ => match &cur {
-                Some(h) if h == actor || !order.contains(h) => {
-                    next_after_removed(face, gid, actor, &order)
-                }
+                Some(h) if h == actor || !order.contains(h) => match before {
+                    Some(all) => next_after_removed(all, actor, &order),
+                    None => next_after_removed(&join_order(face, gid), actor, &order),
+                },
                 _ => cur.clone(),
             },
         };
@@ -330,14 +352,9 @@ pub(super) fn turn_event(face: &Face, gid: &str, actor: &str, reason: &str) {
     }
 }
 
-/// The member after `gone` in the room's full join order, among those still connected.
-fn next_after_removed(face: &Face, gid: &str, gone: &str, order: &[String]) -> Option<String> {
-    let all: Vec<String> = {
-        let eng = face.d.ledger.engine();
-        eng.group(gid)
-            .map(|g| g.collaborators().map(|a| a.id.clone()).collect())
-            .unwrap_or_default()
-    };
+/// The member after `gone` in the room's full join order `all`, among those still
+/// connected (`order`).
+fn next_after_removed(all: &[String], gone: &str, order: &[String]) -> Option<String> {
     let start = all.iter().position(|m| m == gone);
     match start {
         Some(i) => (1..=all.len())

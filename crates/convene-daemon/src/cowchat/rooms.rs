@@ -314,6 +314,8 @@ pub(super) async fn remove_member(
     agent: &str,
     reason: &str,
 ) -> Result<Option<After>, WireError> {
+    // Taken before the removal: afterwards the order no longer says who came after `agent`.
+    let before = live::join_order(face, gid);
     face.d
         .ledger
         .execute(Command::ActorRemove {
@@ -323,7 +325,7 @@ pub(super) async fn remove_member(
         })
         .await
         .map_err(wire)?;
-    live::turn_event(face, gid, agent, reason);
+    live::turn_after_removal(face, gid, agent, reason, &before);
     super::coord::member_gone(face, gid, agent, reason).await;
     let empty_ephemeral = {
         let eng = face.d.ledger.engine();

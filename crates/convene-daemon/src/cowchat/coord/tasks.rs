@@ -62,12 +62,16 @@ pub(in super::super) async fn update_task(
     let _one = face.coord.write.lock().await;
     let t = task(s, &u.task_id)?;
     check_member(&face, &t.room_id, &me)?;
+    // Only a new assignee must be a member: a task whose assignee left can still be
+    // completed, blocked or noted.
     let assignee = match u.assignee {
         Some(a) if a.is_empty() => None,
-        Some(a) => Some(a),
+        Some(a) => {
+            check_assignee(s, &t.room_id, Some(&a))?;
+            Some(a)
+        }
         None => t.assignee.clone(),
     };
-    check_assignee(s, &t.room_id, assignee.as_deref())?;
     let mut data = json!({
         "task_id": t.task_id, "title": t.title,
         "status": u.status.unwrap_or(t.status.clone()), "assignee": assignee,

@@ -406,6 +406,15 @@ pub(in crate::cowchat) async fn enable_subscription(
 ) -> Result<Value, WireError> {
     let h = hooks(s)?;
     let p: SubRef = parse(payload)?;
+    let (id, who) = (p.subscription_id.clone(), principal(s));
+    // Only the owner's call touches the task: another key's (refused) call must not stop it.
+    let owned = h
+        .db(move |st| Ok(st.get(&id)?.is_some_and(|x| x.principal == who)))
+        .await
+        .map_err(internal)?;
+    if !owned {
+        return Err(not_found(&p.subscription_id));
+    }
     // Stop the old task first so it cannot mark the re-armed row failed behind our back.
     h.stop(&p.subscription_id);
     let (id, who) = (p.subscription_id.clone(), principal(s));
