@@ -101,3 +101,43 @@ def test_gate_dual_signs_after_a_rotation_is_announced_on_its_key(client, group,
                            capture_output=True, text=True)
         assert p.returncode == 0, p.stdout + p.stderr
     assert json.loads(key.read_text())["fingerprint"] == old["fingerprint"]
+
+
+def test_gate_refusal_carries_the_ccs_error_object_ccs_3_4_1(client, group):
+    head = client.call("ledger_tail", {"group_id": group, "limit": 1})["head_seq"]
+    cases = [
+        (intake("http_get", {"q": "x" * (140 * 1024)}, "t-big"), "INTAKE_OVERFLOW"),
+        # 10**20 + 1 parses to the same double as 10**20: no receipt may bind it.
+        (intake("pay", {"amount": 10**20 + 1}, "t-int"), "INTAKE_MALFORMED"),
+        ({**intake("http_get", {}, "t-tz"), "timestamp": "2026-01-01T09:00:00+09:00"}, "INTAKE_MALFORMED"),
+        ({**intake("http_get", {}, "t-ver"), "intake_version": "1.2"}, "INTAKE_VERSION_UNSUPPORTED"),
+    ]
+    for bad, code in cases:
+        with pytest.raises(DaemonAPIError) as ei:
+            client.call("tool_gate", {"group_id": group, "intake": bad})
+        ccs = ei.value.details["ccs"]
+        assert ccs["error_code"] == code, ccs
+        assert set(ccs) == {"error_code", "error_message", "retry_after", "trace_id"}
+        assert "receipt" not in ccs
+    assert client.call("ledger_tail", {"group_id": group, "limit": 1})["head_seq"] == head
+
+
+def test_gate_is_fail_closed_when_the_evidence_store_cannot_be_written_ccs_11_1_4(client, group, daemon):
+    """Regression: a receipt that cannot be made durable is no permission, and nothing is
+    appended to the ledger; the refusal does not leak the store's error text or path."""
+    import sqlite3
+    ok = client.call("tool_gate", {"group_id": group, "intake": intake("http_get", {"url": "https://example.com/"}, "t-s1")})
+    db = daemon.home / "evidence" / "receipts.sqlite"
+    with sqlite3.connect(db) as c:
+        (body,) = c.execute("SELECT body FROM receipts WHERE trace_id='t-s1'").fetchone()
+        # The ledger's receipt is the stored one, byte for byte after parsing.
+        assert json.loads(body) == ok["receipt"]
+        c.execute("CREATE TRIGGER refuse BEFORE INSERT ON receipts "
+                  "BEGIN SELECT RAISE(ABORT, 'disk full at /secret/evidence'); END")
+    head = client.call("ledger_tail", {"group_id": group, "limit": 1})["head_seq"]
+    with pytest.raises(DaemonAPIError) as ei:
+        client.call("tool_gate", {"group_id": group, "intake": intake("http_get", {"url": "https://example.com/"}, "t-s2")})
+    assert ei.value.details["reason"] == "evidence_intake_failed"
+    assert ei.value.details["ccs"]["error_code"] == "INTAKE_FAILED"
+    assert "secret" not in json.dumps(ei.value.details) + str(ei.value)
+    assert client.call("ledger_tail", {"group_id": group, "limit": 1})["head_seq"] == head

@@ -14,6 +14,7 @@ use convene_evidence::issuer::{Verifier, VerifierSettings};
 use convene_evidence::keys::{KeyFile, KeyMaterial};
 use convene_evidence::live::{file_version, FileVersion, LiveVerifier};
 use convene_evidence::store::EvidenceStore;
+use convene_evidence::{EvidenceError, IntakeError, IntakeErrorCode};
 
 /// What the verifier is built from: the signing key, the incoming key of a rotation in its
 /// dual-sign phase (with the phase's start), and the receipt store.
@@ -152,8 +153,9 @@ pub struct Decision {
     pub event_data: serde_json::Value,
 }
 
-/// Evaluates an intake. Intake errors come back as `invalid_request` with the CCS error
-/// object in `details.ccs` (and no receipt).
+/// Evaluates an intake. Intake errors come back as `invalid_request` with the §3.4 error
+/// object (`error_code`, `error_message`, `retry_after`, `trace_id`) in `details.ccs`, and
+/// no receipt.
 pub fn decide(g: &Gate, intake: &serde_json::Value) -> Result<Decision, CoreError> {
     let res = g.verifier()?.decide(intake);
     let permitted = hook::permits(&res);
@@ -167,7 +169,14 @@ pub fn decide(g: &Gate, intake: &serde_json::Value) -> Result<Decision, CoreErro
             })
         }
         Err(e) => {
-            let detail = serde_json::to_value(format!("{e}")).unwrap_or_default();
+            // The §3.4 error object, so callers read `error_code` instead of parsing text.
+            // Anything that is not an intake error is reported as INTAKE_FAILED without its
+            // text (it may name paths or storage internals).
+            let detail = match e {
+                EvidenceError::Intake(i) => i.to_response(),
+                _ => IntakeError::new(IntakeErrorCode::IntakeFailed, "intake processing failed")
+                    .to_response(),
+            };
             Err(
                 CoreError::invalid("tool call refused: no receipt could be issued (fail-closed)")
                     .with("ccs", detail)

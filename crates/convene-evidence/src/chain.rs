@@ -145,7 +145,11 @@ impl Envelope {
         }
         let r = Receipt::from_value(&self.original_receipt)
             .map_err(|_| EnvelopeRejection::Malformed)?;
-        if r.receipt_hash().ok().as_deref() != Some(self.previous_receipt_hash.as_str()) {
+        // parent_trace_id is unsigned here but ends up signed in the child's receipt
+        // (delegation_value), so it must be the parent receipt's own.
+        if r.receipt_hash().ok().as_deref() != Some(self.previous_receipt_hash.as_str())
+            || r.trace_id != self.parent_trace_id
+        {
             return Err(EnvelopeRejection::LinkageMismatch);
         }
         if !r.verify_with_trust(trust) {
@@ -228,8 +232,13 @@ pub fn summary_hash(entries: &[ChainEntry]) -> String {
 }
 
 impl EvidenceChain {
-    /// Start a chain at its origin receipt.
+    /// Start a chain at its origin receipt (one issued without a parent).
     pub fn new(origin: Receipt) -> Result<Self, EvidenceError> {
+        if origin.previous_receipt_hash.is_some() {
+            return Err(EvidenceError::Chain(
+                "the origin receipt links to a parent outside the chain".into(),
+            ));
+        }
         let h = origin.receipt_hash()?;
         let entries = vec![ChainEntry {
             receipt: origin,
@@ -253,12 +262,11 @@ impl EvidenceChain {
             .receipts
             .last()
             .ok_or_else(|| EvidenceError::Chain("empty chain".into()))?;
-        if let Some(p) = &r.previous_receipt_hash {
-            if p != &last.receipt_hash {
-                return Err(EvidenceError::Chain(
-                    "receipt does not link to the chain tail".into(),
-                ));
-            }
+        // A receipt without a signed link could sit at any position of any chain.
+        if r.previous_receipt_hash.as_deref() != Some(last.receipt_hash.as_str()) {
+            return Err(EvidenceError::Chain(
+                "receipt does not link to the chain tail".into(),
+            ));
         }
         let hop = last.hop + 1;
         if hop > MAX_HOPS {
@@ -321,7 +329,14 @@ impl EvidenceChain {
         Ok(())
     }
 
-    fn check_entry(&self, i: usize, trust: &TrustStore, now: Option<f64>) -> Result<(), String> {
+    /// Check entry `i` (hash, signature, freshness, linkage); returns the indices of the
+    /// pruned receipts its signed link passes through on the way to its kept predecessor.
+    fn check_entry(
+        &self,
+        i: usize,
+        trust: &TrustStore,
+        now: Option<f64>,
+    ) -> Result<Vec<usize>, String> {
         let e = &self.receipts[i];
         let r = &e.receipt;
         if r.receipt_hash().ok().as_deref() != Some(e.receipt_hash.as_str()) {
@@ -340,38 +355,69 @@ impl EvidenceChain {
             }
         }
         if i == 0 {
-            if e.previous_receipt_hash.is_some() {
+            // The origin is hop 0, names the chain, and was issued without a parent: a
+            // delegated receipt here means the hops before it were cut off.
+            if e.previous_receipt_hash.is_some() || r.previous_receipt_hash.is_some() {
                 return Err(format!(
                     "origin has a previous_receipt_hash at hop {}",
                     e.hop
                 ));
             }
-            return Ok(());
+            if e.hop != 0 || self.chain_id != e.receipt_hash {
+                return Err(format!(
+                    "chain_id does not name the origin at hop {}",
+                    e.hop
+                ));
+            }
+            return Ok(Vec::new());
         }
         let before = &self.receipts[i - 1];
+        let mismatch = || format!("previous_receipt_hash mismatch at hop {}", e.hop);
         if e.previous_receipt_hash.as_deref() != Some(before.receipt_hash.as_str()) {
-            return Err(format!("previous_receipt_hash mismatch at hop {}", e.hop));
+            return Err(mismatch());
         }
-        // The receipt's own (signed) link may point at a pruned receipt; follow
-        // pruned links back until the preceding kept receipt is reached.
+        // The receipt's own (signed) link may point at a pruned receipt; follow pruned
+        // links back until the preceding kept receipt is reached. Without a signed link a
+        // receipt could be spliced in anywhere, so it has no place after the origin.
+        let mut passed = Vec::new();
         let mut cur = r.previous_receipt_hash.clone();
         for _ in 0..=MAX_HOPS {
             match cur {
-                None => return Ok(()),
-                Some(ref h) if h == &before.receipt_hash => return Ok(()),
+                None => return Err(mismatch()),
+                Some(ref h) if h == &before.receipt_hash => {
+                    // Hop numbers are unsigned: they must agree with the signed path.
+                    let gap = e.hop.saturating_sub(before.hop);
+                    return if gap == passed.len() as u64 + 1 {
+                        Ok(passed)
+                    } else {
+                        Err(format!(
+                            "hop numbering does not match the links at hop {}",
+                            e.hop
+                        ))
+                    };
+                }
                 Some(ref h) => {
-                    cur = match self.pruned_receipts.iter().find(|p| &p.receipt_hash == h) {
-                        Some(p) if p.receipt.receipt_hash().ok().as_deref() == Some(h.as_str()) => {
-                            p.receipt.previous_receipt_hash.clone()
-                        }
-                        _ => {
-                            return Err(format!("previous_receipt_hash mismatch at hop {}", e.hop))
-                        }
-                    }
+                    let found = self
+                        .pruned_receipts
+                        .iter()
+                        .position(|p| &p.receipt_hash == h)
+                        .filter(|&k| {
+                            let p = &self.pruned_receipts[k];
+                            p.receipt.receipt_hash().ok().as_deref() == Some(h.as_str())
+                                && e.hop.checked_sub(p.hop) == Some(passed.len() as u64 + 1)
+                        });
+                    let Some(k) = found else {
+                        return Err(mismatch());
+                    };
+                    passed.push(k);
+                    cur = self.pruned_receipts[k]
+                        .receipt
+                        .previous_receipt_hash
+                        .clone();
                 }
             }
         }
-        Err(format!("previous_receipt_hash mismatch at hop {}", e.hop))
+        Err(mismatch())
     }
 
     fn result(
@@ -435,10 +481,38 @@ impl EvidenceChain {
             return r;
         }
         let summary_match = summary_hash(&self.receipts) == self.summary_hash;
+        let mut on_path = vec![false; self.pruned_receipts.len()];
         for i in 0..self.receipts.len() {
-            if let Err(m) = self.check_entry(i, trust, now) {
-                return self.result("full", Some((self.receipts[i].hop, m)), summary_match);
+            match self.check_entry(i, trust, now) {
+                Ok(passed) => passed.into_iter().for_each(|k| on_path[k] = true),
+                Err(m) => {
+                    return self.result("full", Some((self.receipts[i].hop, m)), summary_match)
+                }
             }
+        }
+        // A pruning record must be a receipt the signed links pass through; anything
+        // else is a claim about hops that were never on this chain.
+        if let Some(k) = on_path.iter().position(|seen| !seen) {
+            let hop = self.pruned_receipts[k].hop;
+            return self.result(
+                "full",
+                Some((
+                    hop,
+                    format!("pruned receipt at hop {hop} is not on the chain"),
+                )),
+                summary_match,
+            );
+        }
+        let last = self.receipts.last().map_or(0, |e| e.hop);
+        if self.total_hops != last {
+            return self.result(
+                "full",
+                Some((
+                    last,
+                    format!("total_hops {} does not match the last hop", self.total_hops),
+                )),
+                summary_match,
+            );
         }
         self.result("full", None, summary_match)
     }
@@ -457,6 +531,11 @@ impl EvidenceChain {
             );
         };
         let broken = self.check_entry(i, trust, now).err().map(|m| (hop, m));
+        // The origin names the chain: a spot check of any hop still requires that.
+        let broken = broken.or_else(|| {
+            (self.chain_id != self.receipts[0].receipt_hash)
+                .then(|| (0, "chain_id does not name the origin at hop 0".to_string()))
+        });
         self.result("spot", broken, summary_match)
     }
 }

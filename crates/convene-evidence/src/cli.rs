@@ -1,7 +1,8 @@
 //! Command line: `convene evidence ...` and `convene verifier serve`.
 //!
 //! Exit codes: 0 ok / allow / valid; 1 rejected / invalid / rotation step refused; 2 usage;
-//! 3 receipt issued with verdict deny or escalate; 4 intake error (no receipt); 5 internal error.
+//! 3 receipt issued with verdict deny or escalate, or (verify) a valid receipt that does not
+//! permit the call; 4 intake error (no receipt); 5 internal error.
 
 use crate::chain::{CrossOrg, Envelope, EvidenceChain};
 use crate::config::{ChallengePolicy, DeploymentMode, Manifest};
@@ -31,7 +32,8 @@ pub const EXIT_OK: i32 = 0;
 pub const EXIT_REJECTED: i32 = 1;
 /// Usage error.
 pub const EXIT_USAGE: i32 = 2;
-/// A receipt was issued but its verdict is deny or escalate.
+/// A receipt was issued but its verdict is deny or escalate; or `verify` found a valid
+/// receipt that does not permit the call (deny, escalate, allow with an unknown outcome).
 pub const EXIT_NOT_ALLOWED: i32 = 3;
 /// Intake failed; no receipt.
 pub const EXIT_INTAKE: i32 = 4;
@@ -382,43 +384,69 @@ fn trust_from(
 }
 
 fn verify(a: &Args) -> Result<i32, Fail> {
-    let r = receipt_of(&read_json(a.req("receipt")?)?)?;
-    let (ts, key) = trust_from(a, Some(&r.issuer))?;
+    let raw = read_json(a.req("receipt")?)?;
+    // A bare receipt or an issue bundle (as receipt_of).
+    let raw = raw.get("receipt").filter(|r| r.is_object()).unwrap_or(&raw);
+    let field = |k: &str| raw.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    let parsed = Receipt::from_value(raw);
+    let issuer = field("issuer");
+    let (ts, key) = trust_from(a, Some(&issuer))?;
     let replay = match a.get("replay-db") {
         Some(p) => ReplayCache::open(Path::new(p))?,
         None => ReplayCache::in_memory()?,
     };
     let mut e = Enforcer::new(a.req("audience")?, ts, replay);
     if let Some(k) = &key {
-        e = e.with_hmac_secret(&r.issuer, k.hmac_secret());
+        e = e.with_hmac_secret(&issuer, k.hmac_secret());
     }
-    let (tool, params) = match a.get("intake") {
+    // Consumers holding the whole request (--intake) bind it all (request_hash, §6.1).
+    let request = match a.get("intake") {
         Some(p) => {
             let i = read_json(p)?;
-            let c = crate::intake::parse_value(&i).map_err(EvidenceError::from)?;
-            (c.tool, c.params)
+            Some(crate::intake::parse_value(&i).map_err(EvidenceError::from)?)
         }
+        None => None,
+    };
+    // Without --intake: --tool and --params (only used then).
+    let (tool, params) = match &request {
+        Some(_) => (String::new(), Value::Null),
         None => (a.req("tool")?.to_string(), read_json(a.req("params")?)?),
     };
     let now = match a.get("now") {
-        Some(t) => t.parse().map_err(|_| Fail::Usage("bad --now".into()))?,
+        // A clock that is not a number would pass every freshness comparison (NaN).
+        Some(t) => t
+            .parse::<f64>()
+            .ok()
+            .filter(|t| t.is_finite())
+            .ok_or_else(|| Fail::Usage("bad --now (seconds since the epoch)".into()))?,
         None => now_unix(),
     };
-    match e.validate(
-        &r,
-        &Expected {
-            tool: &tool,
-            params: &params,
+    let outcome = match &parsed {
+        Err(_) => Err(e.reject_unparsed(&field("trace_id"), &issuer, now)),
+        Ok(r) => match &request {
+            Some(c) => e.validate_request(r, c, now),
+            None => e.validate(
+                r,
+                &Expected {
+                    tool: &tool,
+                    params: &params,
+                },
+                now,
+            ),
         },
-        now,
-    ) {
+    };
+    match outcome {
         Ok(acc) => {
+            let permits = acc.action.permits_invocation();
             write_out(
                 None,
-                &json!({"accepted": true, "verdict": r.verdict, "action": acc.action,
-                "warning": acc.warning.as_ref().map(report_json)}),
+                &json!({"accepted": true, "permits": permits,
+                "verdict": parsed.as_ref().ok().map(|r| r.verdict),
+                "action": acc.action, "warning": acc.warning.as_ref().map(report_json)}),
             )?;
-            Ok(EXIT_OK)
+            // A genuine receipt that does not permit the call (deny, escalate, an allow
+            // whose outcome is unknown) must not read as "go ahead" to a script.
+            Ok(if permits { EXIT_OK } else { EXIT_NOT_ALLOWED })
         }
         Err(rep) => {
             write_out(
@@ -474,9 +502,14 @@ fn chain_build(a: &Args) -> Result<i32, Fail> {
     let first = it
         .next()
         .ok_or_else(|| Fail::Usage("no receipts given".into()))?;
-    let mut c = EvidenceChain::new(receipt_of(&read_json(first)?)?)?;
+    // A receipt that does not link to the one before it is refused (exit 1), not built in.
+    let refused = |e: EvidenceError| match e {
+        EvidenceError::Chain(m) => Fail::Code(EXIT_REJECTED, json!({"built": false, "reason": m})),
+        other => other.into(),
+    };
+    let mut c = EvidenceChain::new(receipt_of(&read_json(first)?)?).map_err(refused)?;
     for p in it {
-        c.append(receipt_of(&read_json(p)?)?)?;
+        c.append(receipt_of(&read_json(p)?)?).map_err(refused)?;
     }
     write_out(a.get("out"), &serde_json::to_value(&c)?)?;
     Ok(EXIT_OK)

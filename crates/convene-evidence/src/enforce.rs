@@ -1,6 +1,7 @@
 //! Enforcement interface (§12): six-step validation, failure reports, outcome mapping.
 
 use crate::error::EvidenceError;
+use crate::intake::Command;
 use crate::jcs::sha256_hex;
 use crate::keys::TrustStore;
 use crate::receipt::{HmacKey, OutcomeStatus, Receipt, Verdict};
@@ -375,13 +376,17 @@ impl Enforcer {
             receipt_trace_id: r.trace_id.clone(),
             timestamp: now,
         };
+        self.log(&r.issuer, &rep);
+        rep
+    }
+
+    fn log(&self, issuer: &str, rep: &FailureReport) {
         // Logging must not turn a rejection into an acceptance: errors are ignored
         // here because the caller is denied regardless.
-        let _ = self.replay.log_failure(&r.issuer, &rep);
+        let _ = self.replay.log_failure(issuer, rep);
         if let Ok(mut m) = self.failures_by_issuer.lock() {
-            *m.entry(r.issuer.clone()).or_insert(0) += 1;
+            *m.entry(issuer.to_string()).or_insert(0) += 1;
         }
-        rep
     }
 
     /// Signature-only check (step 3) against pinned keys (and HMAC when enrolled).
@@ -404,6 +409,50 @@ impl Enforcer {
         &self,
         r: &Receipt,
         expected: &Expected<'_>,
+        now: f64,
+    ) -> Result<Accepted, FailureReport> {
+        self.validate_bound(r, expected, None, now)
+    }
+
+    /// As [`Enforcer::validate`], for a consumer that holds the whole request: step 5 also
+    /// requires the receipt's `request_hash` (§6.1) to be this request's, so a receipt
+    /// issued for another agent's (or another trace's) identical call does not pass.
+    pub fn validate_request(
+        &self,
+        r: &Receipt,
+        request: &Command,
+        now: f64,
+    ) -> Result<Accepted, FailureReport> {
+        let expected = Expected {
+            tool: &request.tool,
+            params: &request.params,
+        };
+        let request_hash = match crate::issuer::request_canonical(request) {
+            Ok(c) => format!("sha256:{}", sha256_hex(c.as_bytes())),
+            Err(_) => return Err(self.reject(r, FailureCategory::BindingMismatch, now)),
+        };
+        self.validate_bound(r, &expected, Some(&request_hash), now)
+    }
+
+    /// Reject a receipt that does not even parse as one (an altered or truncated copy):
+    /// reported and logged as SIGNATURE_INVALID, the category whose integrity it fails,
+    /// without the parser's details (§12.3).
+    pub fn reject_unparsed(&self, trace_id: &str, issuer: &str, now: f64) -> FailureReport {
+        let rep = FailureReport {
+            failure_category: FailureCategory::SignatureInvalid,
+            severity: FailureCategory::SignatureInvalid.severity(),
+            receipt_trace_id: trace_id.to_string(),
+            timestamp: now,
+        };
+        self.log(issuer, &rep);
+        rep
+    }
+
+    fn validate_bound(
+        &self,
+        r: &Receipt,
+        expected: &Expected<'_>,
+        request_hash: Option<&str>,
         now: f64,
     ) -> Result<Accepted, FailureReport> {
         // Step 1: freshness. The receipt's own skew is honoured only up to the
@@ -451,7 +500,8 @@ impl Enforcer {
             .and_then(|a| a.strip_prefix(expected.tool))
             .and_then(|a| a.strip_prefix(':'))
             == Some(params_hash.as_str());
-        if r.tool != expected.tool || r.params_hash != params_hash || !action_ok {
+        let request_ok = request_hash.is_none_or(|h| h == r.request_hash);
+        if r.tool != expected.tool || r.params_hash != params_hash || !action_ok || !request_ok {
             return Err(self.reject(r, FailureCategory::BindingMismatch, now));
         }
         self.monitor.record(&r.issuer, r.verdict);

@@ -307,19 +307,32 @@ fn nfc_value(v: &Value) -> Result<Value, String> {
             Value::Object(out)
         }
         Value::Number(n) => {
-            let big = n.as_u64().is_some_and(|u| u > MAX_SAFE_INTEGER)
-                || n.as_i64()
-                    .is_some_and(|i| i.unsigned_abs() > MAX_SAFE_INTEGER);
-            if big {
-                return Err("integer beyond 2^53 is not permitted".into());
-            }
             if n.as_f64().is_some_and(|f| !f.is_finite()) {
                 return Err("NaN/Infinity not permitted".into());
+            }
+            if !exact_number(n) {
+                return Err("number beyond 2^53 is not permitted".into());
             }
             v.clone()
         }
         other => other.clone(),
     })
+}
+
+/// Whether a JSON number is bound exactly by its canonical form: magnitude at most 2^53−1.
+///
+/// Beyond that, distinct integers share one double (10^20 and 10^20+1 both parse to 1e20,
+/// and integers past 2^64 arrive here as floats, indistinguishable from `1e20`), so one
+/// receipt would bind several different requests.
+pub fn exact_number(n: &serde_json::Number) -> bool {
+    if let Some(u) = n.as_u64() {
+        return u <= MAX_SAFE_INTEGER;
+    }
+    if let Some(i) = n.as_i64() {
+        return i.unsigned_abs() <= MAX_SAFE_INTEGER;
+    }
+    n.as_f64()
+        .is_some_and(|f| f.is_finite() && f.abs() <= MAX_SAFE_INTEGER as f64)
 }
 
 /// Timestamps: a Unix number, or an RFC 3339 string whose offset is UTC (§3.2).
@@ -336,7 +349,7 @@ fn parse_timestamp(v: Option<&Value>, trace: &Option<&str>) -> Result<f64, Intak
                         trace,
                     )
                 })?;
-            if n.as_u64().is_some_and(|u| u > MAX_SAFE_INTEGER) {
+            if !exact_number(n) {
                 return Err(err(C::IntakeMalformed, "timestamp beyond 2^53", trace));
             }
             Ok(f)
@@ -446,6 +459,25 @@ mod tests {
     fn big_ints_and_non_json_refused() {
         let raw = br#"{"intake_version":"1.3","agent_id":"a","tool":"t","params":{"n":9007199254740993},"timestamp":1,"trace_id":"x"}"#;
         assert_eq!(parse_bytes(raw).unwrap_err().code, C::IntakeMalformed);
+        // Past 2^64 serde_json yields a float: refused all the same (no shared hash).
+        for n in [
+            "100000000000000000001",
+            "-9223372036854775809",
+            "1e20",
+            "-1.5e300",
+        ] {
+            let raw = format!(
+                r#"{{"intake_version":"1.3","agent_id":"a","tool":"t","params":{{"n":{n}}},"timestamp":1,"trace_id":"x"}}"#
+            );
+            assert_eq!(
+                parse_bytes(raw.as_bytes()).unwrap_err().code,
+                C::IntakeMalformed,
+                "{n}"
+            );
+        }
+        let mut v = base();
+        v["params"] = json!({"n": 9007199254740991_u64, "m": -9007199254740991_i64, "f": 1.5e15});
+        assert!(parse_value(&v).is_ok(), "2^53-1 and smaller are exact");
         let raw = br#"{"intake_version":"1.3","agent_id":"a","tool":"t","params":{"n":NaN},"timestamp":1,"trace_id":"x"}"#;
         assert_eq!(parse_bytes(raw).unwrap_err().code, C::IntakeMalformed);
         let raw = br#"{"intake_version":"1.3","agent_id":"a","tool":"t","params":{"n":1e400},"timestamp":1,"trace_id":"x"}"#;

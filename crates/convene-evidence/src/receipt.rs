@@ -380,7 +380,9 @@ impl Receipt {
     /// Verify the cosignature, if any, with a given key.
     pub fn verify_cosignature(&self, pk: &VerifyingKey) -> bool {
         match (&self.cosignature, self.signature_payload()) {
-            (Some(c), Ok(p)) => verify_sig(pk, p.as_bytes(), &c.signature),
+            (Some(c), Ok(p)) if is_lower_hex(&c.signature, 128) => {
+                verify_sig(pk, p.as_bytes(), &c.signature)
+            }
             _ => false,
         }
     }
@@ -394,6 +396,11 @@ impl Receipt {
     /// does not hold cannot be checked and adds nothing: acceptance then rests on the
     /// primary signature alone (the same as if it were stripped).
     pub fn verify_with_trust(&self, trust: &TrustStore) -> bool {
+        // Only the issued encoding counts: the signature is outside its own payload, so an
+        // upper-case or base64 copy would be a second, differently hashed "same" receipt.
+        if !is_lower_hex(&self.signature, 128) {
+            return false;
+        }
         let Ok(payload) = self.signature_payload() else {
             return false;
         };
@@ -420,6 +427,9 @@ impl Receipt {
 
     /// Verify the Ed25519 signature with a pinned public key.
     pub fn verify_signature(&self, pk: &VerifyingKey) -> bool {
+        if !is_lower_hex(&self.signature, 128) {
+            return false;
+        }
         match self.signature_payload() {
             Ok(p) => verify_sig(pk, p.as_bytes(), &self.signature),
             Err(_) => false,

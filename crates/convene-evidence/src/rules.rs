@@ -89,12 +89,23 @@ fn strings<'a>(v: &'a Value, key: Option<&'a str>, out: &mut Vec<(Option<&'a str
 /// Blocks URLs that reach loopback, private, link-local or metadata endpoints.
 pub struct SsrfProtection;
 
+/// Schemes whose URLs reach a host this rule checks (WHATWG "special" schemes but `file`).
+const HOST_SCHEMES: [&str; 5] = ["http", "https", "ws", "wss", "ftp"];
+/// Schemes refused outright, with the text that must follow the scheme name.
+const FORBIDDEN_SCHEMES: [&str; 7] = [
+    "file://",
+    "gopher://",
+    "dict://",
+    "ldap://",
+    "tftp://",
+    "jar:",
+    "netdoc://",
+];
+
 impl SsrfProtection {
     fn host_is_internal(host: &str) -> bool {
-        let h = host
-            .trim_matches(|c| c == '[' || c == ']')
-            .to_ascii_lowercase();
-        let h = h.trim_end_matches('.');
+        let h = normalize_host(host);
+        let h = h.as_str();
         if h == "localhost"
             || h.ends_with(".localhost")
             || h.ends_with(".internal")
@@ -115,40 +126,125 @@ impl SsrfProtection {
         false
     }
 
-    fn check_url(s: &str) -> Option<String> {
-        let lower = s.trim().to_ascii_lowercase();
-        for scheme in [
-            "file://",
-            "gopher://",
-            "dict://",
-            "ldap://",
-            "tftp://",
-            "jar:",
-            "netdoc://",
-        ] {
-            if lower.starts_with(scheme) {
+    /// A URL starting at its (lower-cased) scheme; `None` when it is not one we check.
+    fn check_url(u: &str) -> Option<String> {
+        for scheme in FORBIDDEN_SCHEMES {
+            if u.starts_with(scheme) {
                 return Some(format!("SSRF: forbidden URL scheme {scheme}"));
             }
         }
-        let rest = ["http://", "https://", "ftp://", "ws://", "wss://"]
-            .iter()
-            .find_map(|p| lower.strip_prefix(p))?;
-        let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-        let hostport = authority.rsplit('@').next().unwrap_or("");
-        let host = if hostport.starts_with('[') {
-            hostport
-                .split(']')
-                .next()
-                .map(|h| format!("{h}]"))
-                .unwrap_or_default()
-        } else {
-            hostport.split(':').next().unwrap_or("").to_string()
-        };
-        if Self::host_is_internal(&host) {
-            return Some(format!("SSRF: internal address {host}"));
+        let (scheme, rest) = u.split_once(':')?;
+        if !HOST_SCHEMES.contains(&scheme) {
+            return None;
+        }
+        // WHATWG parsers take any run of slashes and backslashes (or none: "http:10.0.0.1")
+        // before the host of a special scheme.
+        Self::check_authority(rest.trim_start_matches(['/', '\\']))
+    }
+
+    /// The host of `authority[/path...]`, read as WHATWG does (a backslash ends it) and as
+    /// parsers that keep backslashes in the authority do (Python's urlsplit): either internal
+    /// host denies.
+    fn check_authority(rest: &str) -> Option<String> {
+        for ends in [&['/', '?', '#', '\\'][..], &['/', '?', '#'][..]] {
+            let authority = rest.split(ends).next().unwrap_or("");
+            let hostport = authority.rsplit('@').next().unwrap_or("");
+            let host = if hostport.starts_with('[') {
+                hostport
+                    .split(']')
+                    .next()
+                    .map(|h| format!("{h}]"))
+                    .unwrap_or_default()
+            } else {
+                let h = hostport.split(':').next().unwrap_or("");
+                // Punctuation around a URL in prose: "(http://10.0.0.1)", "<...>".
+                h.trim_end_matches([')', ']', '}', '>', '"', '\'', ',', ';', '!'])
+                    .to_string()
+            };
+            if Self::host_is_internal(&host) {
+                return Some(format!("SSRF: internal address {host}"));
+            }
         }
         None
     }
+
+    /// Every URL in one token: at each scheme (found by its ':'), and a leading
+    /// scheme-relative "//host" (or with two backslashes, a UNC path).
+    fn check_token(tok: &str) -> Option<String> {
+        let lower = tok.to_ascii_lowercase();
+        let t = lower.trim_start_matches(['"', '\'', '<', '(', '[', '`']);
+        if let Some(rest) = t.strip_prefix("//").or_else(|| t.strip_prefix("\\\\")) {
+            if let Some(r) = Self::check_authority(rest) {
+                return Some(r);
+            }
+        }
+        let b = lower.as_bytes();
+        for (colon, _) in lower.match_indices(':') {
+            // The scheme is the run of scheme characters before the ':'.
+            let start = b[..colon]
+                .iter()
+                .rposition(|c| !(c.is_ascii_alphanumeric() || matches!(c, b'+' | b'-' | b'.')))
+                .map_or(0, |p| p + 1);
+            if start < colon {
+                if let Some(r) = Self::check_url(&lower[start..]) {
+                    return Some(r);
+                }
+            }
+        }
+        None
+    }
+}
+
+/// A host as URL parsers see it: percent-decoded, IDNA-style width and dot folding
+/// ("１２７。０。０。１" is 127.0.0.1), lower case, brackets, IPv6 zone and trailing dot removed.
+fn normalize_host(host: &str) -> String {
+    use unicode_normalization::UnicodeNormalization;
+    let decoded = if host.contains('%') {
+        percent_decode(host)
+    } else {
+        host.to_string()
+    };
+    let mut h: String = if decoded.is_ascii() {
+        decoded.to_ascii_lowercase()
+    } else {
+        decoded
+            .nfkc()
+            .map(|c| {
+                if matches!(c, '\u{3002}' | '\u{ff0e}' | '\u{ff61}') {
+                    '.'
+                } else {
+                    c
+                }
+            })
+            .flat_map(char::to_lowercase)
+            .collect()
+    };
+    if let Some(inner) = h.strip_prefix('[') {
+        let inner = inner.trim_end_matches(']');
+        // "fe80::1%eth0": the zone names an interface, the address is what matters.
+        h = inner.split('%').next().unwrap_or("").to_string();
+    }
+    h.trim_end_matches('.').to_string()
+}
+
+/// %XX escapes decoded (invalid escapes kept as they are).
+fn percent_decode(s: &str) -> String {
+    let hex = |c: u8| (c as char).to_digit(16);
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' && i + 2 < b.len() {
+            if let (Some(hi), Some(lo)) = (hex(b[i + 1]), hex(b[i + 2])) {
+                out.push((hi * 16 + lo) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Parse a numeric IPv4 host the way `inet_aton` does (1-4 parts, decimal/0x hex/0 octal).
@@ -197,16 +293,33 @@ fn ip_internal(ip: IpAddr) -> bool {
                 || v4.is_broadcast()
                 || o[0] == 0
                 || (o[0] == 100 && (64..128).contains(&o[1])) // CGNAT
+                || (o[0] == 192 && o[1] == 0 && o[2] == 0) // IETF assignments (OCI metadata)
         }
         IpAddr::V6(v6) => {
             if let Some(v4) = v6.to_ipv4_mapped() {
                 return ip_internal(IpAddr::V4(v4));
             }
             let s = v6.segments();
+            let low32 = Ipv4Addr::from(((s[6] as u32) << 16) | s[7] as u32);
+            // IPv6 forms that carry an IPv4 address: compatible ::a.b.c.d, SIIT
+            // ::ffff:0:a.b.c.d, NAT64 64:ff9b::/96 and 64:ff9b:1::/48, 6to4 2002::/16.
+            let compatible = s[..6] == [0; 6] || s[..6] == [0, 0, 0, 0, 0xffff, 0];
+            let nat64 = s[0] == 0x64 && s[1] == 0xff9b && (s[2..6] == [0; 4] || s[2] == 1);
+            let embedded = if compatible || nat64 {
+                Some(low32)
+            } else if s[0] == 0x2002 {
+                Some(Ipv4Addr::from(((s[1] as u32) << 16) | s[2] as u32))
+            } else {
+                None
+            };
+            if embedded.is_some_and(|v4| ip_internal(IpAddr::V4(v4))) {
+                return true;
+            }
             v6 == Ipv6Addr::LOCALHOST
                 || v6.is_unspecified()
                 || (s[0] & 0xfe00) == 0xfc00
                 || (s[0] & 0xffc0) == 0xfe80
+                || (s[0] & 0xffc0) == 0xfec0 // deprecated site-local
         }
     }
 }
@@ -219,16 +332,25 @@ impl Rule for SsrfProtection {
         let mut all = Vec::new();
         strings(&ctx.cmd.params, None, &mut all);
         for (_, s) in all {
-            // Every scheme this rule refuses contains ':'; text without one holds no URL.
-            if !s.contains(':') {
+            // A URL has a scheme (':') or is scheme-relative (two slashes or backslashes);
+            // text without either holds none.
+            if !s.contains(':') && !s.contains("//") && !s.contains("\\\\") {
                 continue;
+            }
+            // The whole value as a URL parser takes it: WHATWG drops tabs and newlines
+            // anywhere ("http://loc<TAB>alhost") and trims C0 controls and spaces.
+            if s.contains(['\t', '\n', '\r']) {
+                let whole: String = s
+                    .chars()
+                    .filter(|c| !matches!(c, '\t' | '\n' | '\r'))
+                    .collect();
+                if let Some(r) = Self::check_token(whole.trim_matches(|c: char| c <= ' ')) {
+                    return RuleOutcome::deny(r);
+                }
             }
             // URLs may be embedded in free text, so test every token.
             for tok in s.split_whitespace() {
-                let tok = tok.trim_matches(|c: char| {
-                    c == '"' || c == '\'' || c == '<' || c == '>' || c == '(' || c == ')'
-                });
-                if let Some(r) = Self::check_url(tok) {
+                if let Some(r) = Self::check_token(tok) {
                     return RuleOutcome::deny(r);
                 }
             }
@@ -287,6 +409,25 @@ const RCE_PATTERNS: &[(&str, &str)] = &[
     ("; rm ", "chained delete"),
     ("&& rm ", "chained delete"),
     ("powershell -enc", "encoded powershell"),
+    ("--no-preserve-root", "recursive delete of filesystem root"),
+    ("sh <(", "process substitution into a shell"),
+    ("bash <(", "process substitution into a shell"),
+    ("source <(", "process substitution into a shell"),
+    ("<(curl", "process substitution of a download"),
+    ("<(wget", "process substitution of a download"),
+    ("| zsh", "pipe to shell"),
+    ("|zsh", "pipe to shell"),
+    ("| ksh", "pipe to shell"),
+    ("| dash", "pipe to shell"),
+    ("| sudo sh", "pipe to shell"),
+    ("|sudo sh", "pipe to shell"),
+    ("| sudo bash", "pipe to shell"),
+    ("|sudo bash", "pipe to shell"),
+    ("python3 -c", "interpreter one-liner"),
+    ("ruby -e", "interpreter one-liner"),
+    ("node -e", "interpreter one-liner"),
+    ("php -r", "interpreter one-liner"),
+    ("/dev/udp/", "reverse shell"),
 ];
 
 impl Rule for RceProtection {
@@ -336,6 +477,10 @@ const SECRET_KEYS: &[&str] = &[
     "client_secret",
     "authorization",
     "aws_secret_access_key",
+    "refresh_token",
+    "session_token",
+    "auth_token",
+    "bearer_token",
 ];
 
 fn is_token_char(c: char) -> bool {
@@ -355,13 +500,27 @@ fn has_prefixed_token(s: &str, prefix: &str, min_len: usize, charset: fn(char) -
     false
 }
 
-/// `password`, `db_password`, `API_KEY`... (case-insensitive, exact or `_`-suffixed).
+/// `password`, `db_password`, `API_KEY`, `userPassword`, `X-API-Key`... : the name in
+/// snake case (camelCase humps, '-', '.' and ' ' become '_'), then the secret name exactly or
+/// as a `_`-separated suffix.
 fn secret_key_name(k: &str) -> bool {
+    let mut norm = String::with_capacity(k.len() + 4);
+    let mut after_lower = false;
+    for c in k.chars() {
+        if matches!(c, '-' | '.' | ' ') {
+            norm.push('_');
+            after_lower = false;
+            continue;
+        }
+        if c.is_ascii_uppercase() && after_lower {
+            norm.push('_');
+        }
+        after_lower = c.is_ascii_lowercase() || c.is_ascii_digit();
+        norm.push(c.to_ascii_lowercase());
+    }
     SECRET_KEYS.iter().any(|sk| {
-        k.len() >= sk.len()
-            && k.is_char_boundary(k.len() - sk.len())
-            && k[k.len() - sk.len()..].eq_ignore_ascii_case(sk)
-            && (k.len() == sk.len() || k.as_bytes()[k.len() - sk.len() - 1] == b'_')
+        norm.ends_with(sk)
+            && (norm.len() == sk.len() || norm.as_bytes()[norm.len() - sk.len() - 1] == b'_')
     })
 }
 

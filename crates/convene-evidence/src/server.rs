@@ -75,6 +75,19 @@ fn serve_conn(v: &LiveVerifier, stream: UnixStream) -> std::io::Result<()> {
         if n == 0 {
             return Ok(());
         }
+        if !line.ends_with('\n') && n >= MAX_LINE {
+            // Beyond the §3.2 total limit. Reading on would serve the rest of this line as
+            // a request of its own, so it is skipped (bounded) and the connection ends.
+            skip_line(&mut reader, DRAIN_MAX)?;
+            let e = IntakeError::new(
+                crate::error::IntakeErrorCode::IntakeOverflow,
+                "intake message exceeds 128 KB",
+            );
+            let mut s = json!({"ok": false, "error": e.to_response()}).to_string();
+            s.push('\n');
+            w.write_all(s.as_bytes())?;
+            return Ok(());
+        }
         let resp = match serde_json::from_str::<Value>(&line) {
             Ok(req) => handle(&v.get(), &req),
             Err(_) => json!({"ok": false, "error": {"error_code": "INTAKE_MALFORMED",
@@ -83,6 +96,31 @@ fn serve_conn(v: &LiveVerifier, stream: UnixStream) -> std::io::Result<()> {
         let mut s = resp.to_string();
         s.push('\n');
         w.write_all(s.as_bytes())?;
+    }
+}
+
+/// How much of an oversize request line is read and dropped before the connection closes
+/// (closing on unread data would reset it before the client reads the refusal).
+const DRAIN_MAX: usize = 16 * 1024 * 1024;
+
+/// Drop input up to and including the next newline, at most `max` bytes.
+fn skip_line(r: &mut impl BufRead, max: usize) -> std::io::Result<()> {
+    let mut skipped = 0;
+    loop {
+        let buf = r.fill_buf()?;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        if let Some(i) = buf.iter().position(|&b| b == b'\n') {
+            r.consume(i + 1);
+            return Ok(());
+        }
+        let n = buf.len();
+        r.consume(n);
+        skipped += n;
+        if skipped > max {
+            return Ok(());
+        }
     }
 }
 
