@@ -159,6 +159,17 @@ def test_CCCS_7_1_system_notify_open_kind_and_im_visibility_fail_closed(client, 
     assert r["im_eligible"] is False
 
 
+def test_CCCS_7_1_2_malformed_notify_target_is_refused_not_published(client, group, daemon):
+    head = client.call("ledger_tail", {"group_id": group, "limit": 1})["head_seq"]
+    # A target that is not an actor id string would read as "no target" and go public.
+    for bad in ({"target_actor_id": 5}, {"target_actor_id": ["p1"]}, {"target_actor_id": {"id": "p1"}},
+                {"title": {"x": 1}}, {"message": 7}, {"related_event_id": 3}):
+        r = daemon.raw({"v": 1, "op": "system_notify", "args": {"group_id": group, "kind": "k", "im_visibility": "public", **bad}})
+        assert r["ok"] is False and r["error"]["code"] == "invalid_request", bad
+        assert r["error"]["details"]["field"] == next(iter(bad))
+    assert client.call("ledger_tail", {"group_id": group, "limit": 1})["head_seq"] == head
+
+
 def test_CCCS_6_5_reaction(client, group):
     ev = client.send(group_id=group, text="react to me", message_mode="send", to=["p1"])["event"]
     r = client.call("reaction", {"group_id": group, "event_id": ev["id"], "emoji": "👍", "by": "p1"})["event"]

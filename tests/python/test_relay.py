@@ -57,3 +57,22 @@ def test_cross_group_validates_destination_before_appending(client, two_groups):
         client.send_cross_group(group_id=a, dst_group_id="g_missing", text="x", message_mode="send")
     assert ei.value.code == "group_not_found"
     assert client.call("ledger_tail", {"group_id": a, "limit": 1})["head_seq"] == head
+
+
+def test_retried_relay_with_client_id_appends_nothing_and_keys_belong_to_their_sender(client, two_groups, daemon):
+    a, b = two_groups
+    c = client.group_create(title="C")["group_id"]
+    client.actor_add(group_id=c, actor_id="lead", runtime="none")
+    first = client.call("send_cross_group", {"group_id": a, "dst_group_id": b, "text": "once", "to": ["bp"], "client_id": "k1", "by": "lead"})
+    heads = {g: client.call("ledger_tail", {"group_id": g, "limit": 1})["head_seq"] for g in (a, b)}
+    daemon.kill9()
+    daemon.start()
+    again = client.call("send_cross_group", {"group_id": a, "dst_group_id": b, "text": "once", "to": ["bp"], "client_id": "k1", "by": "lead"})
+    # The retry answers with the original pair and adds no second send record in the source.
+    assert again.get("duplicate") is True
+    assert again["dst_event"]["id"] == first["dst_event"]["id"]
+    assert again["src_event"]["id"] == first["src_event"]["id"]
+    assert {g: client.call("ledger_tail", {"group_id": g, "limit": 1})["head_seq"] for g in (a, b)} == heads
+    # Another group's sender using the same key is a different message, not a duplicate of it.
+    other = client.call("send_cross_group", {"group_id": c, "dst_group_id": b, "text": "mine", "to": ["bp"], "client_id": "k1", "by": "lead"})
+    assert not other.get("duplicate") and other["dst_event"]["data"]["text"] == "mine"

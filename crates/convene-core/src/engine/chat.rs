@@ -293,16 +293,33 @@ pub(super) fn project_message(ctx: &mut Ctx<'_>, ev: &Event) -> Result<(), CoreE
     Ok(())
 }
 
-/// Appends a validated message; returns the event. Handles `client_id` idempotency.
-fn append_message(ctx: &mut Ctx<'_>, a: &SendArgs) -> Result<Option<Event>, CoreError> {
-    if let Some(cid) = &a.client_id {
-        let since = ctx.now.unix_timestamp() - ctx.limits.idempotency_window_s;
-        if let Some(orig) = ctx.view.idempotent(&a.group_id, &a.by, cid, since)? {
-            if let Some(ev) = ctx.view.event(&a.group_id, &orig)? {
-                ctx.out.existing = Some(ev);
-                return Ok(None);
-            }
-        }
+/// The message an idempotency key already produced in `group_id`, within the window.
+fn duplicate_of(
+    ctx: &Ctx<'_>,
+    group_id: &str,
+    idem_by: &str,
+    client_id: Option<&str>,
+) -> Result<Option<Event>, CoreError> {
+    let Some(cid) = client_id else {
+        return Ok(None);
+    };
+    let since = ctx.now.unix_timestamp() - ctx.limits.idempotency_window_s;
+    match ctx.view.idempotent(group_id, idem_by, cid, since)? {
+        Some(orig) => ctx.view.event(group_id, &orig),
+        None => Ok(None),
+    }
+}
+
+/// Appends a validated message; returns the event, or `None` for a `client_id` already
+/// used by `idem_by` (the principal the key belongs to) in the window.
+fn append_message(
+    ctx: &mut Ctx<'_>,
+    a: &SendArgs,
+    idem_by: &str,
+) -> Result<Option<Event>, CoreError> {
+    if let Some(ev) = duplicate_of(ctx, &a.group_id, idem_by, a.client_id.as_deref())? {
+        ctx.out.existing = Some(ev);
+        return Ok(None);
     }
     let data = build_message(ctx, a)?;
     let scope = ctx.scope_for(&a.group_id, &a.by);
@@ -317,7 +334,7 @@ fn append_message(ctx: &mut Ctx<'_>, a: &SendArgs) -> Result<Option<Event>, Core
     if let Some(cid) = &a.client_id {
         ctx.out.changes.push(Change::Idempotency {
             group_id: a.group_id.clone(),
-            by: a.by.clone(),
+            by: idem_by.to_string(),
             client_id: cid.clone(),
             event_id: ev.id.clone(),
             at_unix: ctx.now.unix_timestamp(),
@@ -327,7 +344,8 @@ fn append_message(ctx: &mut Ctx<'_>, a: &SendArgs) -> Result<Option<Event>, Core
 }
 
 pub(super) fn send(ctx: &mut Ctx<'_>, a: SendArgs) -> Result<(), CoreError> {
-    append_message(ctx, &a).map(|_| ())
+    let by = a.by.clone();
+    append_message(ctx, &a, &by).map(|_| ())
 }
 
 /// Relay (§9): a message in the destination with provenance, and the optional send record.
@@ -339,6 +357,14 @@ pub(super) fn relay(ctx: &mut Ctx<'_>, r: RelayArgs) -> Result<(), CoreError> {
     if dst == src {
         return Err(CoreError::invalid("destination group equals source group")
             .with("field", "dst_group_id"));
+    }
+    // A relay's key belongs to its sender in the source group: in the destination every
+    // non-member sender is `svc:relay`, and their keys must not answer for each other.
+    let idem_by = format!("relay:{src}:{}", r.send.by);
+    // A retried relay appends nothing, not even the local send record (§9.2).
+    if let Some(ev) = duplicate_of(ctx, &dst, &idem_by, r.send.client_id.as_deref())? {
+        ctx.out.existing = Some(ev);
+        return Ok(());
     }
     let mut send = r.send.clone();
     // Across groups the sender is not a member of the destination: it appears as a service.
@@ -411,7 +437,7 @@ pub(super) fn relay(ctx: &mut Ctx<'_>, r: RelayArgs) -> Result<(), CoreError> {
             rec_ev = Some(ev);
         }
     }
-    let Some(dst_ev) = append_message(ctx, &send)? else {
+    let Some(dst_ev) = append_message(ctx, &send, &idem_by)? else {
         return Ok(());
     };
     if let Some(rec) = record_data {
@@ -537,11 +563,12 @@ pub(super) fn cancel(
 /// Whether a `system.notify` may leave for an external IM bridge (§7.1, fail-closed).
 pub fn im_eligible(data: &Value) -> bool {
     let public = data.get("im_visibility").and_then(Value::as_str) == Some("public");
-    let targeted = data
-        .get("target_actor_id")
-        .and_then(Value::as_str)
-        .map(|s| !s.is_empty())
-        .unwrap_or(false);
+    // Fail closed on imported events too: any target that is not empty counts as one.
+    let targeted = match data.get("target_actor_id") {
+        None | Some(Value::Null) => false,
+        Some(Value::String(s)) => !s.is_empty(),
+        Some(_) => true,
+    };
     public && !targeted
 }
 
@@ -572,6 +599,12 @@ pub(super) fn notify(
                 CoreError::invalid("priority must be low, normal, high or urgent")
                     .with("field", "priority"),
             )
+        }
+    }
+    // A non-string target would read as "no target" and let a public notice out (§7.1).
+    for f in ["title", "message", "target_actor_id", "related_event_id"] {
+        if data.get(f).is_some_and(|v| !v.is_string()) {
+            return Err(CoreError::invalid(format!("{f} must be a string")).with("field", f));
         }
     }
     if let Some(t) = get_str(&data, "target_actor_id") {

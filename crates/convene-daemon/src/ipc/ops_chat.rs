@@ -363,6 +363,25 @@ pub(super) async fn cross_group(d: &Daemon, a: &Args) -> Result<Value, CoreError
         record: a.bool("record", true)?,
     };
     let c = d.ledger.execute(Command::Relay(relay)).await?;
+    if let Some(orig) = &c.existing {
+        // A retried relay: the original destination message and the source its provenance
+        // names (the local send record of a freshly authored relay), nothing new.
+        let source = match (orig.data_str("src_group_id"), orig.data_str("src_event_id")) {
+            (Some(sg), Some(se)) => d
+                .ledger
+                .readers()
+                .event(sg, se)
+                .map_err(CoreError::from)?
+                .map(|r| raw_value(&r.json))
+                .unwrap_or(Value::Null),
+            _ => Value::Null,
+        };
+        let dst_ev = ev_value(orig);
+        return Ok(
+            json!({"dst_event": dst_ev, "event": dst_ev, "source_event": source,
+            "src_event": source, "transport": "local", "duplicate": true}),
+        );
+    }
     let dst_ev = c
         .events
         .iter()
