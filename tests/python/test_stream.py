@@ -51,6 +51,19 @@ def test_sdk_events_stream_since_ts_replays_from_that_time(client, group):
     assert seen == ids
 
 
+def test_since_ts_replays_every_later_event_when_imported_events_carry_older_ts(client, group, daemon):
+    # Imported events keep their original ts but get new seq, so ts does not rise with seq.
+    live = client.send(group_id=group, text="live", message_mode="send", to=["p1"])["event"]
+    old = [{"v": 1, "id": f"imp{i}", "ts": f"2001-01-01T00:00:0{i}.000000Z", "kind": "chat.message",
+            "by": "user", "data": {"text": f"old{i}", "message_mode": "send", "to": ["p1"]}} for i in range(2)]
+    assert daemon.raw({"v": 1, "op": "ledger_import", "args": {"group_id": group, "events": old}})["ok"]
+    _, f, hs = open_stream(daemon, {"group_id": group, "since_ts": live["ts"], "kinds": ["chat.message"], "follow": False})
+    assert hs["ok"] is True
+    got = [json.loads(line)["event"]["data"]["text"] for line in f]
+    # The message at since_ts is replayed, and nothing appended after it is skipped.
+    assert got == ["live", "old0", "old1"]
+
+
 def test_CCCS_10_1_1_unknown_cursor_is_an_error_not_empty_replay(client, group, daemon):
     with pytest.raises(DaemonAPIError) as ei:
         for _ in client.events_stream(group_id=group, since_event_id="does-not-exist", timeout_s=5):

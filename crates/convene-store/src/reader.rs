@@ -34,7 +34,9 @@ pub enum Since {
     Seq(u64),
     /// After this event.
     EventId(String),
-    /// After this timestamp.
+    /// From the first event (in `seq` order) stamped at or after this timestamp. Imported
+    /// events keep their `ts`, so `ts` need not rise with `seq`: everything after that event
+    /// follows, whatever its stamp, so no later event is skipped.
     Ts(String),
 }
 
@@ -244,12 +246,21 @@ impl Readers {
             }
             Since::EventId(id) => Ok(self.event(group_id, id)?.map(|e| e.seq)),
             Since::Ts(ts) => self.with(|c| {
-                let n: i64 = c
-                    .prepare_cached(
-                        "SELECT COALESCE(MAX(seq), 0) FROM events WHERE group_id = ?1 AND ts <= ?2",
-                    )?
+                let first: Option<i64> = c
+                    .prepare_cached("SELECT MIN(seq) FROM events WHERE group_id = ?1 AND ts >= ?2")?
                     .query_row(params![group_id, ts], |r| r.get(0))?;
-                Ok(Some(n as u64))
+                match first {
+                    Some(n) => Ok(Some(n.saturating_sub(1) as u64)),
+                    // Nothing at or after it yet: live from the head.
+                    None => {
+                        let head: i64 = c
+                            .prepare_cached(
+                                "SELECT COALESCE(MAX(seq), 0) FROM events WHERE group_id = ?1",
+                            )?
+                            .query_row(params![group_id], |r| r.get(0))?;
+                        Ok(Some(head as u64))
+                    }
+                }
             }),
         }
     }

@@ -37,8 +37,7 @@ fn plan(d: &Daemon, a: &Args) -> Result<Plan, CoreError> {
         let t = convene_core::event::parse_ts(&ts).ok_or_else(|| {
             CoreError::invalid(format!("since_ts is not RFC 3339: {ts}")).with("field", "since_ts")
         })?;
-        // Events at or after since_ts are replayed: resolve to the last seq strictly before it.
-        let t = t - time::Duration::microseconds(1);
+        // Events from the first one stamped at or after since_ts are replayed.
         Since::Ts(convene_core::event::format_ts(t))
     } else {
         Since::Seq(d.ledger.hub().get(&gid).map(|f| f.head()).unwrap_or(0))
