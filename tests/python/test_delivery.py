@@ -146,3 +146,21 @@ def test_CCCS_6_4_4_claimed_left_by_killed_daemon_settles_to_ambiguous(home):
         assert len(deliveries(c, gid, src["id"])) == 2
     finally:
         d2.stop()
+
+
+def test_message_deliver_claims_each_actor_once_and_nothing_when_one_is_in_progress(client, group):
+    add_cmd_actor(client, group, "slow", ["sh", "-c", "cat >/dev/null; sleep 5"])
+    add_cmd_actor(client, group, "fast", ["sh", "-c", "cat >/dev/null"])
+    src = client.send(group_id=group, text="mail both", message_mode="mail", to=["slow", "fast"])["event"]
+    client.message_deliver(group_id=group, source_event_id=src["id"], actor_ids=["slow"])
+    # CCCS-6.4-3: refused as a whole, so the caller is not told "failed" about a handoff to
+    # `fast` that did happen (and would repeat on retry).
+    with pytest.raises(DaemonAPIError) as ei:
+        client.message_deliver(group_id=group, source_event_id=src["id"], actor_ids=["fast", "slow"])
+    assert ei.value.code == "delivery_conflict"
+    assert [d["actor_id"] for d in deliveries(client, group, src["id"])] == ["slow"]
+    # An actor listed twice is one attempt, not an attempt and a conflict.
+    r = client.message_deliver(group_id=group, source_event_id=src["id"], actor_ids=["fast", "fast"])
+    assert r["actor_ids"] == ["fast"] and len(r["deliveries"]) == 1
+    wait_state(client, group, src["id"], "fast", {"accepted"})
+    assert [d["state"] for d in deliveries(client, group, src["id"]) if d["actor_id"] == "fast"] == ["claimed", "accepted"]

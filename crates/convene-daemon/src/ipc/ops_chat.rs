@@ -114,11 +114,18 @@ pub(super) async fn cancel(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
 pub(super) async fn deliver(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
     let gid = a.req("group_id")?;
     let source = a.req("source_event_id")?;
-    let actors = a.str_list("actor_ids")?.unwrap_or_default();
-    if actors.is_empty() || actors.iter().any(|x| x.trim().is_empty()) {
+    let listed = a.str_list("actor_ids")?.unwrap_or_default();
+    if listed.is_empty() || listed.iter().any(|x| x.trim().is_empty()) {
         return Err(
             CoreError::invalid("actor_ids must list one or more actors").with("field", "actor_ids")
         );
+    }
+    // An actor listed twice is one attempt, not an attempt followed by a conflict.
+    let mut actors: Vec<String> = Vec::with_capacity(listed.len());
+    for x in listed {
+        if !actors.contains(&x) {
+            actors.push(x);
+        }
     }
     let by = a.by()?;
     let force = a.bool("force_ambiguous", false)?;
@@ -145,13 +152,36 @@ pub(super) async fn deliver(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
                 .with("by", by.as_str()),
         );
     }
+    let rows = d
+        .ledger
+        .readers()
+        .deliveries(&gid, &source)
+        .map_err(CoreError::from)?;
     {
         let eng = d.ledger.engine();
         let g = eng.group(&gid).ok_or_else(|| CoreError::no_group(&gid))?;
         let to = convene_core::routing::recipients_of(&ev.data);
         for actor in &actors {
-            if g.actor(actor).is_none() {
+            let Some(x) = g.actor(actor) else {
                 return Err(CoreError::no_actor(actor));
+            };
+            // Refuse the whole request before claiming any actor when one attempt would be
+            // refused (§6.4): an error must not stand for handoffs that did happen. The claim
+            // itself checks again, atomically.
+            let did = convene_core::engine::delivery_id(actor, x.generation, &source);
+            if let Some(r) = rows.iter().find(|r| r.delivery_id == did) {
+                if r.state == "claimed" || (r.state == "ambiguous" && !force) {
+                    return Err(CoreError::new(
+                        convene_core::ErrorCode::DeliveryConflict,
+                        if r.state == "claimed" {
+                            "delivery in progress"
+                        } else {
+                            "last attempt is ambiguous: pass force_ambiguous to deliver again"
+                        },
+                    )
+                    .with("delivery_id", did.as_str())
+                    .with("state", r.state.as_str()));
+                }
             }
             if !convene_core::routing::addresses(g, &to, actor) {
                 return Err(
