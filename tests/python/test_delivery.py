@@ -148,7 +148,7 @@ def test_CCCS_6_4_4_claimed_left_by_killed_daemon_settles_to_ambiguous(home):
         d2.stop()
 
 
-def test_message_deliver_claims_each_actor_once_and_nothing_when_one_is_in_progress(client, group):
+def test_CCCS_6_4_3_message_deliver_claims_each_actor_once_and_nothing_when_one_is_in_progress(client, group):
     add_cmd_actor(client, group, "slow", ["sh", "-c", "cat >/dev/null; sleep 5"])
     add_cmd_actor(client, group, "fast", ["sh", "-c", "cat >/dev/null"])
     src = client.send(group_id=group, text="mail both", message_mode="mail", to=["slow", "fast"])["event"]
