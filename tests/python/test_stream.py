@@ -139,3 +139,24 @@ def test_live_events_arrive_and_heartbeats_flow(client, group, daemon):
         if item["t"] == "heartbeat":
             break
     assert time.time() - t0 < 3 and item["ts"].endswith("Z")
+
+
+def test_CCCS_10_1_1_resume_after_kill9_has_no_gap_no_duplicate_and_goes_live(client, group, daemon):
+    s, f, hs = open_stream(daemon, {"group_id": group})
+    assert hs["ok"] is True
+    acked = [client.send(group_id=group, text=f"a{i}", message_mode="mail", to=["p1"])["event"] for i in range(20)]
+    seen = events(f, 10)  # the subscriber is behind when the daemon dies
+    daemon.kill9()
+    s.close()
+    daemon.start()
+    for cursor in ({"since_seq": seen[-1]["seq"]}, {"since_event_id": seen[-1]["id"]}):
+        s2, f2, hs2 = open_stream(daemon, {"group_id": group, **cursor})
+        assert hs2["ok"] is True and hs2["result"]["since_seq"] == seen[-1]["seq"]
+        replay = events(f2, len(acked) - len(seen))
+        # Every acknowledged event survives the crash and follows the cursor exactly once.
+        assert [e["id"] for e in seen + replay] == [e["id"] for e in acked]
+        # Then the same connection cuts over to live events.
+        late = client.send(group_id=group, text=f"late {cursor}", message_mode="mail", to=["p1"])["event"]
+        assert events(f2, 1)[0]["id"] == late["id"]
+        acked.append(late)
+        s2.close()
