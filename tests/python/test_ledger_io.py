@@ -66,3 +66,21 @@ def test_cli_human_commands(daemon):
     assert st["ping"]["ipc_v"] == 1 and any(g["group_id"] == gid for g in st["groups"])
     bad = run_cli(h, "send", gid, "x", "--to", "user", "--to", "lead", check=False)
     assert bad.returncode != 0 and b"invalid_request" in bad.stderr
+
+
+def test_CCCS_6_3_3_import_keeps_replies_cancellations_and_mail_cursors(client, group, daemon):
+    q = client.send(group_id=group, text="q", message_mode="request_reply", to=["p1", "p2"], by="lead")["event"]
+    client.call("reply", {"group_id": group, "reply_to": q["id"], "text": "a", "by": "p1"})
+    client.call("reply_request_cancel", {"group_id": group, "source_event_id": q["id"], "by": "lead"})
+    m = [client.send(group_id=group, text=f"m{i}", message_mode="mail", to=["p2"], by="lead")["event"] for i in range(2)]
+    client.call("inbox_read", {"group_id": group, "actor_id": "p2", "limit": 1, "by": "p2"})
+    events = client.call("ledger_tail", {"group_id": group, "limit": 1000})["events"]
+    for g in (group + "_copy", group + "_copy2"):
+        # One import holding the whole history, and one fed event by event.
+        batches = [events] if g.endswith("_copy") else [[e] for e in events]
+        for b in batches:
+            client.call("ledger_import", {"group_id": g, "events": b})
+        st = client.call("ledger_statuses", {"group_id": g, "event_ids": [q["id"]]})["statuses"][q["id"]]["obligation_status"]
+        # The copy says what the original says: p1 replied, p2's request was cancelled, m0 is read.
+        assert {a: s["status"] for a, s in st.items()} == {"p1": "replied", "p2": "cancelled"}, g
+        assert [x["id"] for x in client.inbox_peek(group_id=g, actor_id="p2")["messages"]] == [m[1]["id"]], g

@@ -8,7 +8,7 @@ use crate::command::{RelayArgs, SendArgs};
 use crate::error::{CoreError, ErrorCode};
 use crate::event::{kinds, Event};
 use crate::routing::{self, Audience};
-use crate::view::{Change, ObligationStatus};
+use crate::view::{Change, Obligation, ObligationStatus};
 
 /// Max normalized characters of `insight` (§6.1).
 pub const MAX_INSIGHT_CHARS: usize = 1200;
@@ -273,13 +273,10 @@ pub(super) fn project_message(ctx: &mut Ctx<'_>, ev: &Event) -> Result<(), CoreE
     }
     if let Some(rt) = ev.data_str("reply_to") {
         // Only an open obligation of this replier closes; cancelled stays cancelled (§6.3).
-        let open = ctx.view.obligations(&ev.group_id, rt)?;
-        let pending = ctx.out.changes.iter().any(|c| matches!(c, Change::Obligation { source_event_id, actor_id, status, .. }
-            if source_event_id == rt && actor_id == &ev.by && *status != ObligationStatus::Requested));
-        if !pending
-            && open
-                .iter()
-                .any(|o| o.actor_id == ev.by && o.status == ObligationStatus::Requested)
+        let now = obligations_now(ctx, &ev.group_id, rt)?;
+        if now
+            .iter()
+            .any(|o| o.actor_id == ev.by && o.status == ObligationStatus::Requested)
         {
             ctx.out.changes.push(Change::Obligation {
                 group_id: ev.group_id.clone(),
@@ -308,6 +305,118 @@ fn duplicate_of(
         Some(orig) => ctx.view.event(group_id, &orig),
         None => Ok(None),
     }
+}
+
+/// A request's obligations as they stand, counting this command's changes not yet written:
+/// an import projects a request, its replies and its cancellation in one command.
+fn obligations_now(
+    ctx: &Ctx<'_>,
+    group_id: &str,
+    source: &str,
+) -> Result<Vec<Obligation>, CoreError> {
+    let mut list = ctx.view.obligations(group_id, source)?;
+    for c in &ctx.out.changes {
+        let Change::Obligation {
+            group_id: g,
+            source_event_id,
+            actor_id,
+            status,
+            closed_by,
+        } = c
+        else {
+            continue;
+        };
+        if g != group_id || source_event_id != source {
+            continue;
+        }
+        match list.iter_mut().find(|o| &o.actor_id == actor_id) {
+            Some(o) => {
+                o.status = *status;
+                o.closed_by = closed_by.clone();
+            }
+            None => list.push(Obligation {
+                actor_id: actor_id.clone(),
+                status: *status,
+                closed_by: closed_by.clone(),
+            }),
+        }
+    }
+    Ok(list)
+}
+
+/// Closes every still-open obligation of `source` by the cancellation `cancel_id` (§6.3).
+pub(super) fn close_open_obligations(
+    ctx: &mut Ctx<'_>,
+    group_id: &str,
+    source: &str,
+    cancel_id: &str,
+) -> Result<(), CoreError> {
+    for o in obligations_now(ctx, group_id, source)? {
+        if o.status == ObligationStatus::Requested {
+            ctx.out.changes.push(Change::Obligation {
+                group_id: group_id.to_string(),
+                source_event_id: source.to_string(),
+                actor_id: o.actor_id,
+                status: ObligationStatus::Cancelled,
+                closed_by: Some(cancel_id.to_string()),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The `seq` of Mail `event_id` addressed to `actor_id`, counting this command's changes.
+pub(super) fn mail_seq_now(
+    ctx: &Ctx<'_>,
+    group_id: &str,
+    actor_id: &str,
+    event_id: &str,
+) -> Result<Option<u64>, CoreError> {
+    if let Some(seq) = ctx.view.mail_addressed(group_id, actor_id, event_id)? {
+        return Ok(Some(seq));
+    }
+    Ok(ctx.out.changes.iter().find_map(|c| match c {
+        Change::MailIndex {
+            group_id: g,
+            actor_id: a,
+            seq,
+            event_id: e,
+        } if g == group_id && a == actor_id && e == event_id => Some(*seq),
+        _ => None,
+    }))
+}
+
+/// Moves `actor_id`'s Mail cursor to `seq`, never backwards (counting this command's changes).
+pub(super) fn advance_mail_cursor(
+    ctx: &mut Ctx<'_>,
+    group_id: &str,
+    actor_id: &str,
+    event_id: &str,
+    seq: u64,
+) -> Result<(), CoreError> {
+    let mut cur = ctx.view.mail_cursor(group_id, actor_id)?;
+    for c in &ctx.out.changes {
+        if let Change::MailCursor {
+            group_id: g,
+            actor_id: a,
+            seq: s,
+            ..
+        } = c
+        {
+            if g == group_id && a == actor_id {
+                cur = cur.max(*s);
+            }
+        }
+    }
+    if seq > cur {
+        ctx.out.changes.push(Change::MailCursor {
+            group_id: group_id.to_string(),
+            actor_id: actor_id.to_string(),
+            seq,
+            event_id: event_id.to_string(),
+        });
+    }
+    Ok(())
 }
 
 /// Appends a validated message; returns the event, or `None` for a `client_id` already
@@ -487,15 +596,12 @@ pub(super) fn mail_read(
         ))
         .with("by", by));
     }
-    let seq = ctx
-        .view
-        .mail_addressed(group_id, actor_id, event_id)?
-        .ok_or_else(|| {
-            CoreError::invalid(format!(
-                "{event_id} is not a Mail message addressed to {actor_id}"
-            ))
-            .with("field", "event_id")
-        })?;
+    let seq = mail_seq_now(ctx, group_id, actor_id, event_id)?.ok_or_else(|| {
+        CoreError::invalid(format!(
+            "{event_id} is not a Mail message addressed to {actor_id}"
+        ))
+        .with("field", "event_id")
+    })?;
     let scope = ctx.scope_for(group_id, by);
     ctx.append(
         group_id,
@@ -504,15 +610,7 @@ pub(super) fn mail_read(
         scope,
         json!({"actor_id": actor_id, "event_id": event_id}),
     )?;
-    if seq > ctx.view.mail_cursor(group_id, actor_id)? {
-        ctx.out.changes.push(Change::MailCursor {
-            group_id: group_id.to_string(),
-            actor_id: actor_id.to_string(),
-            seq,
-            event_id: event_id.to_string(),
-        });
-    }
-    Ok(())
+    advance_mail_cursor(ctx, group_id, actor_id, event_id, seq)
 }
 
 pub(super) fn cancel(
@@ -546,18 +644,7 @@ pub(super) fn cancel(
         scope,
         json!({"source_event_id": source_event_id}),
     )?;
-    for o in ctx.view.obligations(group_id, source_event_id)? {
-        if o.status == ObligationStatus::Requested {
-            ctx.out.changes.push(Change::Obligation {
-                group_id: group_id.to_string(),
-                source_event_id: source_event_id.to_string(),
-                actor_id: o.actor_id,
-                status: ObligationStatus::Cancelled,
-                closed_by: Some(ev.id.clone()),
-            });
-        }
-    }
-    Ok(())
+    close_open_obligations(ctx, group_id, source_event_id, &ev.id)
 }
 
 /// Whether a `system.notify` may leave for an external IM bridge (§7.1, fail-closed).

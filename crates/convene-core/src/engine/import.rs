@@ -2,7 +2,7 @@
 
 use serde_json::{Map, Value};
 
-use super::{chat::project_message, get_str, groups, Ctx};
+use super::{chat, chat::project_message, get_str, groups, Ctx};
 use crate::error::CoreError;
 use crate::event::{format_ts, kinds, new_event_id, Event, ENVELOPE_V};
 use crate::model::{Actor, Group, Role};
@@ -95,8 +95,25 @@ pub(super) fn import(
             data,
         };
         ctx.out.events.push(ev.clone());
-        if kind == kinds::CHAT_MESSAGE {
-            project_message(ctx, &ev)?;
+        // The projections a live append would have made, so read state, replies and
+        // cancellations survive an export and import.
+        match kind.as_str() {
+            kinds::CHAT_MESSAGE => project_message(ctx, &ev)?,
+            kinds::REPLY_CANCELLED => {
+                if let Some(src) = ev.data_str("source_event_id") {
+                    chat::close_open_obligations(ctx, group_id, src, &ev.id)?;
+                }
+            }
+            kinds::MAIL_READ => {
+                if let (Some(actor), Some(mail)) =
+                    (ev.data_str("actor_id"), ev.data_str("event_id"))
+                {
+                    if let Some(seq) = chat::mail_seq_now(ctx, group_id, actor, mail)? {
+                        chat::advance_mail_cursor(ctx, group_id, actor, mail, seq)?;
+                    }
+                }
+            }
+            _ => {}
         }
     }
     ctx.upsert(group_id);
