@@ -115,3 +115,34 @@ def test_message_history_newest_first_pages_and_filters(client, group):
     assert [m["id"] for m in q["messages"]] == [ids[4]]
     # history never consumes Mail
     assert len(client.inbox_peek(group_id=group, actor_id="p1")["messages"]) == 3
+
+
+def test_mail_cursor_never_moves_back_under_concurrent_reads_and_survives_kill9(client, group, daemon):
+    import threading
+    from cccc_sdk import CCCCClient
+    ids = [client.send(group_id=group, text=f"m{i}", message_mode="mail", to=["p1"])["event"]["id"] for i in range(12)]
+    got = []
+
+    def reader(limit):
+        c = CCCCClient(cccc_home=str(daemon.home))
+        got.extend(m["id"] for m in c.inbox_read(group_id=group, actor_id="p1", by="p1", limit=limit)["messages"])
+
+    threads = [threading.Thread(target=reader, args=(n,)) for n in (5, 1, 3, 2, 1, 4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # Wherever the reads interleaved, the cursor is at the furthest message any of them read.
+    furthest = max(ids.index(i) for i in got)
+    expect_unread = ids[furthest + 1:]
+
+    def check():
+        assert client.inbox_peek(group_id=group, actor_id="p1")["cursor"]["event_id"] == ids[furthest]
+        assert [m["id"] for m in client.inbox_peek(group_id=group, actor_id="p1")["messages"]] == expect_unread
+        unread = {a["id"]: a["unread_mail"] for a in client.actor_list(group_id=group)["actors"]}
+        assert unread["p1"] == len(expect_unread) and unread["p2"] == 0
+
+    check()
+    daemon.kill9()
+    daemon.start()
+    check()
