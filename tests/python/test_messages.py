@@ -64,6 +64,21 @@ def test_CCCS_6_1_6_request_reply_needs_concrete_recipients(client, group):
     assert all(v["reply_requested"] and v["status"] == "requested" for v in st["obligation_status"].values())
 
 
+def test_CCCS_6_1_6_request_reply_addressed_only_to_its_sender_is_refused(client, group, daemon):
+    head = client.call("ledger_tail", {"group_id": group, "limit": 1})["head_seq"]
+    # A request whose only recipient is its sender would open no obligation at all.
+    for by, to in (("lead", ["lead"]), ("user", ["@user"])):
+        e = err(client.send, group_id=group, text="rr", message_mode="request_reply", to=to, by=by)
+        assert e.code == "invalid_request" and e.details.get("reason") == "request_reply_needs_concrete_recipients"
+    assert client.call("ledger_tail", {"group_id": group, "limit": 1})["head_seq"] == head
+    ev = client.send(group_id=group, text="rr", message_mode="request_reply", to=["lead", "p1"], by="lead")["event"]
+    st = client.call("ledger_statuses", {"group_id": group, "event_ids": [ev["id"]]})["statuses"][ev["id"]]
+    assert set(st["obligation_status"]) == {"p1"}
+    ev = client.send(group_id=group, text="rr", message_mode="request_reply", to=["user"], by="p1")["event"]
+    st = client.call("ledger_statuses", {"group_id": group, "event_ids": [ev["id"]]})["statuses"][ev["id"]]
+    assert set(st["obligation_status"]) == {"user"}
+
+
 def test_CCCS_6_1_2_insight_limit_1200_normalized_chars(client, group):
     ok = client.send(group_id=group, text="i", message_mode="send", to=["p1"], insight="é" * 1200)["event"]
     assert len(ok["data"]["insight"]) == 1200

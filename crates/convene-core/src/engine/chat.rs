@@ -191,6 +191,14 @@ fn build_message(ctx: &Ctx<'_>, a: &SendArgs) -> Result<Map<String, Value>, Core
         }
     }
     let (to, aud) = routing::materialize(g, &to_in)?;
+    // The concrete set must hold someone besides the sender, or no obligation opens (§6.1).
+    if mode == "request_reply" && routing::expand(g, &to).iter().all(|r| r == &a.by) {
+        return Err(
+            CoreError::invalid("request_reply needs a recipient other than the sender")
+                .with("field", "to")
+                .with("reason", "request_reply_needs_concrete_recipients"),
+        );
+    }
     if mode == "mail" && aud == Audience::Human {
         return Err(
             CoreError::invalid("the user has no Mail inbox: use send or request_reply")
