@@ -164,3 +164,19 @@ def test_CCCS_6_4_3_message_deliver_claims_each_actor_once_and_nothing_when_one_
     assert r["actor_ids"] == ["fast"] and len(r["deliveries"]) == 1
     wait_state(client, group, src["id"], "fast", {"accepted"})
     assert [d["state"] for d in deliveries(client, group, src["id"]) if d["actor_id"] == "fast"] == ["claimed", "accepted"]
+
+
+def test_CCCS_6_4_1_statuses_report_the_readded_actors_own_delivery(client, group):
+    add_cmd_actor(client, group, "bot", ["sh", "-c", "cat >/dev/null; exit 3"])
+    src = client.send(group_id=group, text="x", message_mode="send", to=["bot"])["event"]
+    assert wait_state(client, group, src["id"], "bot", {"ambiguous"}) == "ambiguous"
+    client.actor_remove(group_id=group, actor_id="bot")
+    add_cmd_actor(client, group, "bot", ["sh", "-c", "cat >/dev/null"])
+    r = client.message_deliver(group_id=group, source_event_id=src["id"], actor_ids=["bot"])
+    assert r["deliveries"][0]["delivery_id"] == f"delivery:bot:2:{src['id']}"
+    deadline = time.time() + 10
+    while [d["state"] for d in deliveries(client, group, src["id"])][-1:] != ["accepted"] and time.time() < deadline:
+        time.sleep(0.02)
+    # The new generation's attempt was accepted; the old generation's ambiguous one is history.
+    st = client.call("ledger_statuses", {"group_id": group, "event_ids": [src["id"]]})["statuses"][src["id"]]
+    assert st["obligation_status"]["bot"]["delivery_state"] == "accepted"

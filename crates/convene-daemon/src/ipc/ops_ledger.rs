@@ -170,6 +170,31 @@ pub(super) fn window(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
     )
 }
 
+/// The delivery that speaks for `actor` now: its current generation's (§6.4), not one of an
+/// earlier actor removed under the same id; for an actor no longer in the group, its last.
+fn delivery_of<'a>(
+    group: &convene_core::Group,
+    rows: &'a [convene_core::DeliveryRow],
+    actor: &str,
+    source: &str,
+) -> Option<&'a convene_core::DeliveryRow> {
+    if let Some(a) = group.actor(actor) {
+        let did = convene_core::engine::delivery_id(actor, a.generation, source);
+        return rows.iter().find(|x| x.delivery_id == did);
+    }
+    // `delivery:<actor>:<generation>:<source>`; actor ids hold no `:`.
+    let generation = |x: &convene_core::DeliveryRow| -> u64 {
+        x.delivery_id
+            .split(':')
+            .nth(2)
+            .and_then(|g| g.parse().ok())
+            .unwrap_or(0)
+    };
+    rows.iter()
+        .filter(|x| x.actor_id == actor)
+        .max_by_key(|x| generation(x))
+}
+
 pub(super) fn statuses(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
     let gid = a.req("group_id")?;
     let group = d
@@ -214,9 +239,7 @@ pub(super) fn statuses(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
         let mut read = Map::new();
         for actor in &recips {
             let o = obligations.iter().find(|o| &o.actor_id == actor);
-            let dstate = deliveries
-                .iter()
-                .find(|x| &x.actor_id == actor)
+            let dstate = delivery_of(&group, &deliveries, actor, &id)
                 .map(|x| json!(x.state))
                 .unwrap_or(Value::Null);
             ob.insert(
