@@ -76,3 +76,17 @@ def test_retried_relay_with_client_id_appends_nothing_and_keys_belong_to_their_s
     # Another group's sender using the same key is a different message, not a duplicate of it.
     other = client.call("send_cross_group", {"group_id": c, "dst_group_id": b, "text": "mine", "to": ["bp"], "client_id": "k1", "by": "lead"})
     assert not other.get("duplicate") and other["dst_event"]["data"]["text"] == "mine"
+
+
+def test_CCCS_6_3_3_relay_from_a_same_named_actor_of_another_group_is_not_that_groups_actor(client, two_groups):
+    a, b = two_groups
+    client.actor_add(group_id=b, actor_id="p1", runtime="none")  # a different actor, same id
+    q = client.send(group_id=b, text="B asks its p1", message_mode="request_reply", to=["p1"], by="bl")["event"]
+    r = client.call("send_cross_group", {"group_id": a, "dst_group_id": b, "text": "A's p1 here", "to": ["bl"],
+                                          "reply_to": q["id"], "by": "p1"})
+    dst = r["dst_event"]
+    # Attributed to the relay with the sender named, never to B's own p1 ...
+    assert dst["by"] == "svc:relay" and dst["data"]["relay_by"] == "p1" and dst["data"]["src_group_id"] == a
+    # ... so it does not answer the request B made of its p1.
+    st = client.call("ledger_statuses", {"group_id": b, "event_ids": [q["id"]]})["statuses"][q["id"]]
+    assert st["obligation_status"]["p1"]["status"] == "requested"
