@@ -1,0 +1,87 @@
+"""One API key's agents against another key's rooms and agents, and keyless callers against
+the keyed boundary, at the sockets a client sees: agent ids stay bound to their key across a
+restart, a rename cannot reach a group that is not the caller's room, and an HTTP request
+(what any web page can make a browser send to a loopback port) is never served as frames."""
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+from test_cowchat import CC, error_code
+from test_cowchat_rooms import auth, reg, start
+
+
+def test_an_agent_id_stays_bound_to_its_key_across_a_restart(home):
+    """After a restart, another key must not take over an agent id of a member of a private
+    room: the id would carry that room's membership, its history and the missed replay."""
+    d = start(home, "--cowchat-reconnect-secs", "60")
+    other = auth(home, "add-key", "team-b")
+    a = CC(d.cowchat_unix)
+    assert reg(a, "alice")["type"] == "ok"
+    room = a.ok("create_room", {"name": "secret-plans"})["room_id"]
+    a.ok("join_room", {"room_id": room})
+    a.ok("send_message", {"room_id": room, "content": "the launch code is 1234"})
+    a.close()
+    d.stop()
+    d = start(home, "--cowchat-reconnect-secs", "60")
+    try:
+        thief = CC(d.cowchat_unix)
+        assert error_code(reg(thief, "alice", other, reconnect=True)) == "agent_id_taken"
+        # The owner's key still gets its agent back, with its room.
+        back = reg(CC(d.cowchat_unix), "alice", reconnect=True)
+        assert back["type"] == "ok" and back["payload"]["rooms"] == [room], back
+    finally:
+        d.stop()
+
+
+def test_rename_by_name_changes_the_callers_room_and_never_another_group(cow_ipc):
+    """`rename_room` accepts a room name in `room_id`. A room named like an existing CCCC
+    group's id must not let the rename land on that group (which would make it a public
+    Cowchat room anyone could join and read)."""
+    d, gid = cow_ipc
+    other = auth(d.home, "add-key", "team-b")
+    b = CC(d.cowchat_unix)
+    assert reg(b, "bob", other)["type"] == "ok"
+    mine = b.ok("create_room", {"name": gid})["room_id"]
+    renamed = b.ok("rename_room", {"room_id": gid, "name": "stolen"})
+    assert renamed["room_id"] == mine and renamed["name"] == "stolen"
+    assert error_code(b.req("room_info", {"room_id": gid})) == "room_not_found"
+    assert error_code(b.req("join_room", {"room_id": gid})) == "room_not_found"
+    g = d.raw({"v": 1, "op": "group_show", "args": {"group_id": gid}})["result"]["group"]
+    assert "cowchat_room" not in g["settings"], g["settings"]
+
+
+def test_an_http_request_to_the_tcp_face_is_refused_before_its_body_is_read_as_frames(home):
+    """A web page can make the browser POST to 127.0.0.1:<port> with a text/plain body of
+    NDJSON lines. Loopback TCP is keyless, so serving that body would let any site act as a
+    local agent: the connection must end at the request line."""
+    d = start(home)
+    try:
+        body = "".join(json.dumps(f) + "\n" for f in [
+            {"id": "1", "type": "register", "payload": {"name": "evil", "key": "", "protocol_version": 2}},
+            {"id": "2", "type": "create_room", "payload": {"name": "pwned", "public": True}},
+        ])
+        req = (f"POST / HTTP/1.1\r\nHost: 127.0.0.1:{d.cowchat_tcp[1][1]}\r\n"
+               f"Origin: https://evil.example\r\nContent-Type: text/plain\r\n"
+               f"Content-Length: {len(body)}\r\n\r\n{body}").encode()
+        with socket.create_connection(d.cowchat_tcp[1], timeout=10) as s:
+            s.sendall(req)
+            f = s.makefile("rb")
+            frames = [json.loads(line) for line in f]  # until the server closes
+        assert frames and frames[0]["type"] == "error", frames
+        assert all(fr["type"] != "ok" for fr in frames), frames
+        c = CC(d.cowchat_unix)
+        assert reg(c, "auditor")["type"] == "ok"
+        assert "pwned" not in {r["name"] for r in c.ok("list_rooms")["rooms"]}
+    finally:
+        d.stop()
+
+
+@pytest.fixture
+def cow_ipc(home):
+    d = start(home)
+    r = d.raw({"v": 1, "op": "group_create", "args": {"title": "internal", "by": "user"}})
+    assert r["ok"] is True, r
+    yield d, r["result"]["group_id"]
+    d.stop()
