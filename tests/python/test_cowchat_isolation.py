@@ -85,3 +85,23 @@ def cow_ipc(home):
     assert r["ok"] is True, r
     yield d, r["result"]["group_id"]
     d.stop()
+
+
+def test_list_agents_shows_another_keys_agents_only_through_a_room_this_key_can_see(cow_ipc):
+    """`list_agents` without a room lists connected agents: another key's agent (its name,
+    presence detail, capabilities) shows only once it is in a room this key can see."""
+    d, _ = cow_ipc
+    other = auth(d.home, "add-key", "team-b")
+    a = CC(d.cowchat_unix)
+    assert reg(a, "alice", capabilities=["secret-work"])["type"] == "ok"
+    a.ok("set_presence", {"status": "working", "status_detail": "reviewing secret-plans"})
+    b = CC(d.cowchat_unix)
+    assert reg(b, "bob", other)["type"] == "ok"
+    b2 = CC(d.cowchat_unix)
+    assert reg(b2, "bob-2", other)["type"] == "ok"
+    seen = {x["agent_id"] for x in b.ok("list_agents")["agents"]}
+    assert seen == {"bob", "bob-2"}, seen
+    a.ok("join_room", {"name": "lobby"})
+    assert "alice" in {x["agent_id"] for x in b.ok("list_agents")["agents"]}
+    # The owning key sees its own agents and, through the lobby, nobody else's yet.
+    assert {x["agent_id"] for x in a.ok("list_agents")["agents"]} == {"alice"}

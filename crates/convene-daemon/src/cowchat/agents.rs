@@ -117,7 +117,9 @@ pub(super) async fn register(
     }))
 }
 
-/// `list_agents`: members of `room_id`, or every agent connected now.
+/// `list_agents`: members of `room_id`, or the agents connected now that this key may know
+/// of: its own, and members of a room it can see (another key's agent elsewhere, with its
+/// presence detail and capabilities, is not this key's business).
 pub(super) fn list_agents(s: &Session, payload: Map<String, Value>) -> Result<Value, WireError> {
     let l: ListAgents = parse(payload)?;
     if let Some(rid) = &l.room_id {
@@ -133,8 +135,21 @@ pub(super) fn list_agents(s: &Session, payload: Map<String, Value>) -> Result<Va
         )?;
         return Ok(json!({"room_id": g.group_id, "agents": rooms::members(&s.face, g)}));
     }
+    let seen: std::collections::HashSet<String> = {
+        let eng = s.face.d.ledger.engine();
+        eng.groups()
+            .into_iter()
+            .filter(|g| is_room(g) && rooms::visible(&s.face, &eng, g, &s.principal))
+            .flat_map(|g| g.collaborators().map(|a| a.id.clone()).collect::<Vec<_>>())
+            .collect()
+    };
     let live = s.face.live.lock();
-    let mut ids: Vec<&String> = live.agents.keys().collect();
+    let mut ids: Vec<&String> = live
+        .agents
+        .iter()
+        .filter(|(id, a)| a.principal == s.principal || seen.contains(*id))
+        .map(|(id, _)| id)
+        .collect();
     ids.sort();
     let agents: Vec<Value> = ids.into_iter().map(|id| live.agent_value(id, id)).collect();
     Ok(json!({"agents": agents}))
