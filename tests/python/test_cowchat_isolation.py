@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 
 import pytest
 from test_cowchat import CC, error_code
@@ -105,3 +106,43 @@ def test_list_agents_shows_another_keys_agents_only_through_a_room_this_key_can_
     assert "alice" in {x["agent_id"] for x in b.ok("list_agents")["agents"]}
     # The owning key sees its own agents and, through the lobby, nobody else's yet.
     assert {x["agent_id"] for x in a.ok("list_agents")["agents"]} == {"alice"}
+
+
+def read_until_closed(c: CC, bound: float = 15.0) -> list[dict]:
+    """Frames until the server closes; fails (instead of hanging: the server's pings would
+    keep the connection alive) when it is still open after `bound` seconds."""
+    frames = []
+    deadline = time.time() + bound
+    try:
+        while time.time() < deadline:
+            frames.append(c.read(pings=True))
+    except EOFError:
+        return [f for f in frames if f["type"] != "ping"]
+    raise AssertionError(f"the connection is still open: {frames[-3:]}")
+
+
+def test_a_rotated_or_removed_key_ends_the_connections_that_registered_with_it(home):
+    """Rotating a leaked key must lock its holder out, not only from new registers: an open
+    connection of the old key gets `unauthorized` and is closed; others go on."""
+    d = start(home, "--require-key")
+    try:
+        old = auth(home, "show-key")
+        team = auth(home, "add-key", "team-b")
+        stale, gone = CC(d.cowchat_tcp), CC(d.cowchat_tcp)
+        assert reg(stale, "holder", old)["type"] == "ok"
+        assert reg(gone, "team-agent", team)["type"] == "ok"
+        local = CC(d.cowchat_unix)
+        assert reg(local, "local")["type"] == "ok"
+        new = auth(home, "rotate-key")
+        fresh = CC(d.cowchat_tcp)
+        assert reg(fresh, "fresh", new)["type"] == "ok"
+        frames = read_until_closed(stale)
+        assert [f["payload"]["code"] for f in frames if f["type"] == "error"] == ["unauthorized"], frames
+        auth(home, "remove-key", "team-b")
+        frames = read_until_closed(gone)
+        assert [f["payload"]["code"] for f in frames if f["type"] == "error"] == ["unauthorized"], frames
+        # The new key's and the keyless local connections were not touched.
+        fresh.ok("list_rooms")
+        local.ok("list_rooms")
+    finally:
+        d.stop()

@@ -84,6 +84,14 @@ pub(super) async fn register(
             s.out.clone(),
             &limits,
         )?;
+        if let Some(c) = live.conns.get_mut(&conn) {
+            c.key = r
+                .key
+                .as_deref()
+                .map(str::trim)
+                .filter(|k| !k.is_empty())
+                .map(String::from);
+        }
         let mut cursors = live.come_back(&id, s.face.cfg.reconnect_window);
         for (room, at) in open {
             cursors.entry(room).or_insert(at);

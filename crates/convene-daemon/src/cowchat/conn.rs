@@ -46,6 +46,8 @@ pub(super) struct Outbox {
     /// room id → how far this connection's push task has pushed (read by a reconnect that
     /// arrives before this connection's close was noticed).
     pub cursors: parking_lot::Mutex<HashMap<String, Arc<AtomicU64>>>,
+    /// Ends the connection (the reader loop watches it).
+    close: Arc<watch::Sender<bool>>,
 }
 
 impl Outbox {
@@ -113,6 +115,13 @@ impl Outbox {
             .send((Vec::new(), Some((cursor, seq))))
             .await
             .is_ok()
+    }
+
+    /// Queues `e` (unless the queue is full) and closes the connection after what is queued.
+    pub(super) fn revoke(&self, e: &WireError) {
+        let id = self.next_id();
+        let _ = self.tx.try_send((error_frame(&id, None, e), None));
+        self.close.send_replace(true);
     }
 
     /// Queues an error frame.
@@ -215,13 +224,14 @@ where
     let (r, w) = tokio::io::split(stream);
     let mut r = BufReader::with_capacity(IO_BUF, r);
     let (tx, rx) = mpsc::channel(OUT_QUEUE);
+    let (close_tx, mut close_rx) = watch::channel(false);
+    let close_tx = Arc::new(close_tx);
     let out = Arc::new(Outbox {
         tx,
         n: AtomicU64::new(0),
         cursors: parking_lot::Mutex::new(HashMap::new()),
+        close: close_tx.clone(),
     });
-    let (close_tx, mut close_rx) = watch::channel(false);
-    let close_tx = Arc::new(close_tx);
     let writer = tokio::spawn(write_loop(
         BufWriter::with_capacity(IO_BUF, w),
         rx,

@@ -19,6 +19,9 @@ pub(super) struct ConnInfo {
     pub agent: String,
     pub principal: String,
     pub out: Arc<Outbox>,
+    /// The API key presented at `register` (none for a keyless local client): when it no
+    /// longer authenticates as `principal` (rotated, removed) the connection is closed.
+    pub key: Option<String>,
 }
 
 /// A registered agent, while it has connections.
@@ -108,6 +111,7 @@ impl Live {
                 agent: agent.to_string(),
                 principal: principal.to_string(),
                 out,
+                key: None,
             },
         );
         let a = self

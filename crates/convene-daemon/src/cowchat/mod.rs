@@ -102,6 +102,7 @@ impl Face {
         coord::start(&face).await;
         live::adopt_members_at_start(&face);
         live::spawn_reaper(face.clone());
+        keys::spawn_revoker(face.clone());
         face
     }
 
