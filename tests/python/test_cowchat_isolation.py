@@ -146,3 +146,35 @@ def test_a_rotated_or_removed_key_ends_the_connections_that_registered_with_it(h
         local.ok("list_rooms")
     finally:
         d.stop()
+
+
+def test_an_id_that_is_a_member_of_another_keys_private_room_gives_no_access_to_it(cow_ipc):
+    """Membership is by actor id. An actor an operator added over the CCCS IPC (a bridge to
+    another runtime) has no key: another key registering that id must still be refused
+    everything in the private room (read, post, typing, coordination, webhooks)."""
+    d, _ = cow_ipc
+    other = auth(d.home, "add-key", "team-b")
+    a = CC(d.cowchat_unix)
+    assert reg(a, "alice")["type"] == "ok"
+    room = a.ok("create_room", {"name": "secret-plans"})["room_id"]
+    a.ok("join_room", {"room_id": room})
+    a.ok("send_message", {"room_id": room, "content": "the launch code is 1234"})
+    r = d.raw({"v": 1, "op": "actor_add", "args": {"group_id": room, "actor_id": "bridge",
+                                                   "runtime": "none", "by": "user"}})
+    assert r["ok"] is True, r
+    vote = a.ok("create_vote", {"room_id": room, "title": "go?", "options": ["y", "n"]})["vote_id"]
+    b = CC(d.cowchat_unix)
+    assert reg(b, "bridge", other)["type"] == "ok"
+    assert error_code(b.req("cast_vote", {"vote_id": vote, "option_index": 1})) == "access_denied"
+    assert error_code(b.req("get_vote_status", {"vote_id": vote})) == "access_denied"
+    for ftype, p in [("get_history", {"room_id": room}),
+                     ("send_message", {"room_id": room, "content": "hi"}),
+                     ("thinking", {"room_id": room, "content": "hm"}),
+                     ("set_typing", {"room_id": room, "typing": True}),
+                     ("list_tasks", {"room_id": room}),
+                     ("list_votes", {"room_id": room}),
+                     ("assign_task", {"room_id": room, "title": "t"}),
+                     ("elect_leader", {"room_id": room})]:
+        assert error_code(b.req(ftype, p)) == "access_denied", ftype
+    contents = [m["content"] for m in a.ok("get_history", {"room_id": room})["messages"]]
+    assert contents == ["the launch code is 1234"]

@@ -209,13 +209,7 @@ pub(super) fn set_typing(s: &mut Session, payload: Map<String, Value>) -> Result
     let me = s.me().to_string();
     let others: Vec<String> = {
         let eng = s.face.d.ledger.engine();
-        let g = rooms::room(&eng, &t.room_id)?;
-        if g.actor(&me).is_none() {
-            return Err(WireError::new(
-                ErrorCode::NotInRoom,
-                format!("{me} is not a member of {}", t.room_id),
-            ));
-        }
+        let g = rooms::member_room(&s.face, &eng, &t.room_id, &s.principal, &me)?;
         g.collaborators()
             .filter(|a| a.id != me)
             .map(|a| a.id.clone())

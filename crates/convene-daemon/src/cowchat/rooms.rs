@@ -62,6 +62,33 @@ pub(super) fn room<'a>(eng: &'a Engine, room_id: &str) -> Result<&'a Group, Wire
         .ok_or_else(|| WireError::new(ErrorCode::RoomNotFound, format!("no room {room_id}")))
 }
 
+/// A room by id that `principal` may see and `agent` is a member of. Membership is by actor
+/// id, and an id can be a member without being this key's (an actor added over the CCCS IPC,
+/// a member from before ids were recorded with their key): another key's private room is
+/// `access_denied` whatever the id.
+pub(super) fn member_room<'a>(
+    face: &Face,
+    eng: &'a Engine,
+    room_id: &str,
+    principal: &str,
+    agent: &str,
+) -> Result<&'a Group, WireError> {
+    let g = room(eng, room_id)?;
+    if !visible(face, eng, g, principal) {
+        return Err(WireError::new(
+            ErrorCode::AccessDenied,
+            "this private room belongs to another API key",
+        ));
+    }
+    if g.actor(agent).is_none() {
+        return Err(WireError::new(
+            ErrorCode::NotInRoom,
+            format!("{agent} is not a member of {room_id}"),
+        ));
+    }
+    Ok(g)
+}
+
 /// A room by id or, when no id is given, by name, that `principal` may see. A private room
 /// of another key is `access_denied`.
 pub(super) fn resolve_visible<'a>(
