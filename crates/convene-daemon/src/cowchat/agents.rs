@@ -35,6 +35,20 @@ fn new_agent_id(name: &str) -> String {
     format!("{slug}-{}", &hex::encode(h.finalize())[..10])
 }
 
+/// Rooms the agent is a member of that `principal` may see, with their heads (an id can be
+/// a member of another key's private room without being that key's: see
+/// [`rooms::member_room`]).
+fn visible_rooms_of(face: &Face, agent: &str, principal: &str) -> Vec<(String, u64)> {
+    let eng = face.d.ledger.engine();
+    eng.groups()
+        .into_iter()
+        .filter(|g| {
+            is_room(g) && g.actor(agent).is_some() && rooms::visible(face, &eng, g, principal)
+        })
+        .map(|g| (g.group_id.clone(), g.last_seq))
+        .collect()
+}
+
 /// Rooms the agent is a member of, with their heads.
 fn rooms_of(face: &Face, agent: &str) -> Vec<(String, u64)> {
     let eng = face.d.ledger.engine();
@@ -104,7 +118,7 @@ pub(super) async fn register(
         id: id.clone(),
         name: name.clone(),
     });
-    let member_of = rooms_of(&s.face, &id);
+    let member_of = visible_rooms_of(&s.face, &id, &s.principal);
     for (gid, head) in &member_of {
         // Back within the window: push from where the last connection stopped.
         s.subscribe(gid, cursors.get(gid).copied().unwrap_or(*head).min(*head));
@@ -121,7 +135,7 @@ pub(super) async fn register(
         "max_frame_bytes": convene_cowchat::MAX_FRAME_BYTES,
         "limits": limits.to_json(),
         "rooms": rooms,
-        "replayed": !cursors.is_empty(),
+        "replayed": member_of.iter().any(|(g, _)| cursors.contains_key(g)),
     }))
 }
 
