@@ -179,3 +179,25 @@ def test_an_id_that_is_a_member_of_another_keys_private_room_gives_no_access_to_
         assert error_code(b.req(ftype, p)) == "access_denied", ftype
     contents = [m["content"] for m in a.ok("get_history", {"room_id": room})["messages"]]
     assert contents == ["the launch code is 1234"]
+
+
+def test_only_the_creating_key_and_id_may_rename_or_destroy_and_never_the_lobby(cow_ipc):
+    d, _ = cow_ipc
+    other = auth(d.home, "add-key", "team-b")
+    a, a2, b = CC(d.cowchat_unix), CC(d.cowchat_unix), CC(d.cowchat_tcp)
+    assert reg(a, "alice")["type"] == "ok"
+    assert reg(a2, "alice-2")["type"] == "ok"  # same key, another id
+    assert reg(b, "bob", other)["type"] == "ok"
+    room = a.ok("create_room", {"name": "open-coord", "public": True})["room_id"]
+    lobby = a.ok("room_info", {"name": "lobby"})["room"]["room_id"]
+    for c in (a2, b):
+        assert error_code(c.req("rename_room", {"room_id": room, "name": "mine"})) == "access_denied"
+        assert error_code(c.req("destroy_room", {"room_id": room})) == "access_denied"
+    for c in (a, a2, b):
+        assert error_code(c.req("rename_room", {"room_id": lobby, "name": "x"})) == "access_denied"
+        assert error_code(c.req("destroy_room", {"room_id": lobby})) == "access_denied"
+    assert b.ok("room_info", {"room_id": room})["room"]["name"] == "open-coord"
+    a.ok("rename_room", {"room_id": room, "name": "renamed"})
+    assert b.push("room_updated")["payload"]["name"] == "renamed"
+    a.ok("destroy_room", {"room_id": room})
+    assert b.push("room_destroyed")["payload"]["room_id"] == room
