@@ -179,6 +179,12 @@ def test_an_id_that_is_a_member_of_another_keys_private_room_gives_no_access_to_
         assert error_code(b.req(ftype, p)) == "access_denied", ftype
     contents = [m["content"] for m in a.ok("get_history", {"room_id": room})["messages"]]
     assert contents == ["the launch code is 1234"]
+    # Nor does its presence reach that room: a push from b's handler is queued to a before
+    # b's next answer, and a's own answer comes after it.
+    b.ok("set_presence", {"status": "working", "status_detail": "x"})
+    b.req("ping")
+    a.req("ping")
+    assert all(f["type"] != "presence_update" for f in a.pending), a.pending
 
 
 def test_only_the_creating_key_and_id_may_rename_or_destroy_and_never_the_lobby(cow_ipc):

@@ -177,13 +177,19 @@ pub(super) fn list_agents(s: &Session, payload: Map<String, Value>) -> Result<Va
     Ok(json!({"agents": agents}))
 }
 
-/// Outboxes of every connection of every member of the agent's rooms.
-fn room_peers(face: &Face, agent: &str) -> Vec<std::sync::Arc<super::conn::Outbox>> {
+/// Outboxes of every connection of every member of the agent's rooms that `principal` may see.
+fn room_peers(
+    face: &Face,
+    agent: &str,
+    principal: &str,
+) -> Vec<std::sync::Arc<super::conn::Outbox>> {
     let mut peers: Vec<String> = {
         let eng = face.d.ledger.engine();
         eng.groups()
             .into_iter()
-            .filter(|g| is_room(g) && g.actor(agent).is_some())
+            .filter(|g| {
+                is_room(g) && g.actor(agent).is_some() && rooms::visible(face, &eng, g, principal)
+            })
             .flat_map(|g| g.collaborators().map(|a| a.id.clone()).collect::<Vec<_>>())
             .collect()
     };
@@ -212,8 +218,11 @@ pub(super) fn set_presence(
     };
     let v = json!({"agent_id": me, "agent_name": name, "status": p.status,
         "status_detail": p.status_detail, "progress": p.progress});
-    s.after
-        .push(After::Push(room_peers(&s.face, &me), "presence_update", v));
+    s.after.push(After::Push(
+        room_peers(&s.face, &me, &s.principal),
+        "presence_update",
+        v,
+    ));
     Ok(json!({}))
 }
 
