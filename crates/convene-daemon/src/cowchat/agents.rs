@@ -35,6 +35,20 @@ fn new_agent_id(name: &str) -> String {
     format!("{slug}-{}", &hex::encode(h.finalize())[..10])
 }
 
+/// Rooms the agent is a member of that `principal` may see, with their heads (an id can be
+/// a member of another key's private room without being that key's: see
+/// [`rooms::member_room`]).
+fn visible_rooms_of(face: &Face, agent: &str, principal: &str) -> Vec<(String, u64)> {
+    let eng = face.d.ledger.engine();
+    eng.groups()
+        .into_iter()
+        .filter(|g| {
+            is_room(g) && g.actor(agent).is_some() && rooms::visible(face, &eng, g, principal)
+        })
+        .map(|g| (g.group_id.clone(), g.last_seq))
+        .collect()
+}
+
 /// Rooms the agent is a member of, with their heads.
 fn rooms_of(face: &Face, agent: &str) -> Vec<(String, u64)> {
     let eng = face.d.ledger.engine();
@@ -84,6 +98,14 @@ pub(super) async fn register(
             s.out.clone(),
             &limits,
         )?;
+        if let Some(c) = live.conns.get_mut(&conn) {
+            c.key = r
+                .key
+                .as_deref()
+                .map(str::trim)
+                .filter(|k| !k.is_empty())
+                .map(String::from);
+        }
         let mut cursors = live.come_back(&id, s.face.cfg.reconnect_window);
         for (room, at) in open {
             cursors.entry(room).or_insert(at);
@@ -96,7 +118,7 @@ pub(super) async fn register(
         id: id.clone(),
         name: name.clone(),
     });
-    let member_of = rooms_of(&s.face, &id);
+    let member_of = visible_rooms_of(&s.face, &id, &s.principal);
     for (gid, head) in &member_of {
         // Back within the window: push from where the last connection stopped.
         s.subscribe(gid, cursors.get(gid).copied().unwrap_or(*head).min(*head));
@@ -113,11 +135,13 @@ pub(super) async fn register(
         "max_frame_bytes": convene_cowchat::MAX_FRAME_BYTES,
         "limits": limits.to_json(),
         "rooms": rooms,
-        "replayed": !cursors.is_empty(),
+        "replayed": member_of.iter().any(|(g, _)| cursors.contains_key(g)),
     }))
 }
 
-/// `list_agents`: members of `room_id`, or every agent connected now.
+/// `list_agents`: members of `room_id`, or the agents connected now that this key may know
+/// of: its own, and members of a room it can see (another key's agent elsewhere, with its
+/// presence detail and capabilities, is not this key's business).
 pub(super) fn list_agents(s: &Session, payload: Map<String, Value>) -> Result<Value, WireError> {
     let l: ListAgents = parse(payload)?;
     if let Some(rid) = &l.room_id {
@@ -133,20 +157,39 @@ pub(super) fn list_agents(s: &Session, payload: Map<String, Value>) -> Result<Va
         )?;
         return Ok(json!({"room_id": g.group_id, "agents": rooms::members(&s.face, g)}));
     }
+    let seen: std::collections::HashSet<String> = {
+        let eng = s.face.d.ledger.engine();
+        eng.groups()
+            .into_iter()
+            .filter(|g| is_room(g) && rooms::visible(&s.face, &eng, g, &s.principal))
+            .flat_map(|g| g.collaborators().map(|a| a.id.clone()).collect::<Vec<_>>())
+            .collect()
+    };
     let live = s.face.live.lock();
-    let mut ids: Vec<&String> = live.agents.keys().collect();
+    let mut ids: Vec<&String> = live
+        .agents
+        .iter()
+        .filter(|(id, a)| a.principal == s.principal || seen.contains(*id))
+        .map(|(id, _)| id)
+        .collect();
     ids.sort();
     let agents: Vec<Value> = ids.into_iter().map(|id| live.agent_value(id, id)).collect();
     Ok(json!({"agents": agents}))
 }
 
-/// Outboxes of every connection of every member of the agent's rooms.
-fn room_peers(face: &Face, agent: &str) -> Vec<std::sync::Arc<super::conn::Outbox>> {
+/// Outboxes of every connection of every member of the agent's rooms that `principal` may see.
+fn room_peers(
+    face: &Face,
+    agent: &str,
+    principal: &str,
+) -> Vec<std::sync::Arc<super::conn::Outbox>> {
     let mut peers: Vec<String> = {
         let eng = face.d.ledger.engine();
         eng.groups()
             .into_iter()
-            .filter(|g| is_room(g) && g.actor(agent).is_some())
+            .filter(|g| {
+                is_room(g) && g.actor(agent).is_some() && rooms::visible(face, &eng, g, principal)
+            })
             .flat_map(|g| g.collaborators().map(|a| a.id.clone()).collect::<Vec<_>>())
             .collect()
     };
@@ -175,8 +218,11 @@ pub(super) fn set_presence(
     };
     let v = json!({"agent_id": me, "agent_name": name, "status": p.status,
         "status_detail": p.status_detail, "progress": p.progress});
-    s.after
-        .push(After::Push(room_peers(&s.face, &me), "presence_update", v));
+    s.after.push(After::Push(
+        room_peers(&s.face, &me, &s.principal),
+        "presence_update",
+        v,
+    ));
     Ok(json!({}))
 }
 
@@ -186,13 +232,7 @@ pub(super) fn set_typing(s: &mut Session, payload: Map<String, Value>) -> Result
     let me = s.me().to_string();
     let others: Vec<String> = {
         let eng = s.face.d.ledger.engine();
-        let g = rooms::room(&eng, &t.room_id)?;
-        if g.actor(&me).is_none() {
-            return Err(WireError::new(
-                ErrorCode::NotInRoom,
-                format!("{me} is not a member of {}", t.room_id),
-            ));
-        }
+        let g = rooms::member_room(&s.face, &eng, &t.room_id, &s.principal, &me)?;
         g.collaborators()
             .filter(|a| a.id != me)
             .map(|a| a.id.clone())

@@ -46,6 +46,8 @@ pub(super) struct Outbox {
     /// room id → how far this connection's push task has pushed (read by a reconnect that
     /// arrives before this connection's close was noticed).
     pub cursors: parking_lot::Mutex<HashMap<String, Arc<AtomicU64>>>,
+    /// Ends the connection (the reader loop watches it).
+    close: Arc<watch::Sender<bool>>,
 }
 
 impl Outbox {
@@ -113,6 +115,13 @@ impl Outbox {
             .send((Vec::new(), Some((cursor, seq))))
             .await
             .is_ok()
+    }
+
+    /// Queues `e` (unless the queue is full) and closes the connection after what is queued.
+    pub(super) fn revoke(&self, e: &WireError) {
+        let id = self.next_id();
+        let _ = self.tx.try_send((error_frame(&id, None, e), None));
+        self.close.send_replace(true);
     }
 
     /// Queues an error frame.
@@ -215,13 +224,14 @@ where
     let (r, w) = tokio::io::split(stream);
     let mut r = BufReader::with_capacity(IO_BUF, r);
     let (tx, rx) = mpsc::channel(OUT_QUEUE);
+    let (close_tx, mut close_rx) = watch::channel(false);
+    let close_tx = Arc::new(close_tx);
     let out = Arc::new(Outbox {
         tx,
         n: AtomicU64::new(0),
         cursors: parking_lot::Mutex::new(HashMap::new()),
+        close: close_tx.clone(),
     });
-    let (close_tx, mut close_rx) = watch::channel(false);
-    let close_tx = Arc::new(close_tx);
     let writer = tokio::spawn(write_loop(
         BufWriter::with_capacity(IO_BUF, w),
         rx,
@@ -272,6 +282,17 @@ where
             }
             Ok(Read::Line) if buf.iter().all(u8::is_ascii_whitespace) => {}
             Ok(Read::Line) => match parse_frame(&buf) {
+                Err(_) if is_http_request(&buf) => {
+                    // A web page can make a browser send this to a loopback port, with NDJSON
+                    // lines as its body: serving them would let any site act as a keyless
+                    // local agent. Close before reading the body.
+                    let e = WireError::new(
+                        ErrorCode::InvalidFrame,
+                        "an HTTP request is not a Cowchat frame (WebSocket: GET /ws on the --cowchat-ws port); closing",
+                    );
+                    let _ = out.error(None, &e).await;
+                    break;
+                }
                 Err(e) => {
                     if !out.error(e.id.as_ref(), &e.to_wire()).await {
                         break;
@@ -307,6 +328,21 @@ where
     drop(s);
     drop(out);
     let _ = writer.await;
+}
+
+/// True for an HTTP/1.x request line (`METHOD target HTTP/1.x`).
+fn is_http_request(line: &[u8]) -> bool {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let mut parts = line.split(|&b| b == b' ');
+    let (Some(method), Some(target), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return false;
+    };
+    !method.is_empty()
+        && method.iter().all(u8::is_ascii_uppercase)
+        && !target.is_empty()
+        && version.starts_with(b"HTTP/")
 }
 
 async fn write_loop<W: AsyncWrite + Unpin>(

@@ -4,7 +4,8 @@
 //! file in `<home>/keys.d/<principal>.key` (mode 0600, made by `convene auth add-key`).
 //! Files are read at each `register`, so `convene auth rotate-key` and new keys take effect
 //! for the next connection without a restart. A keyless `register` is the `primary`
-//! principal, and only on the Unix socket or loopback TCP without `--require-key`.
+//! principal, and only on the Unix socket or loopback TCP without `--require-key`. Open
+//! connections whose key was rotated or removed are closed ([`spawn_revoker`]).
 
 use std::path::Path;
 
@@ -61,6 +62,79 @@ pub fn principal(home: &Path, key: Option<&str>, trust: Trust) -> Result<String,
         }
     }
     Err(WireError::new(ErrorCode::Unauthorized, "invalid API key"))
+}
+
+/// How often the key files are read to find connections whose key was rotated or removed.
+const REVOKE_TICK: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Every key file's key and its principal, as they are now.
+fn table(home: &Path) -> Vec<(String, String)> {
+    let mut t: Vec<(String, String)> = read_key(&home.join("auth.key"))
+        .map(|k| (k, PRIMARY.to_string()))
+        .into_iter()
+        .collect();
+    if let Ok(dir) = std::fs::read_dir(home.join("keys.d")) {
+        for e in dir.flatten() {
+            let p = e.path();
+            if p.extension().and_then(|x| x.to_str()) != Some("key") {
+                continue;
+            }
+            if let (Some(k), Some(stem)) = (read_key(&p), p.file_stem().and_then(|s| s.to_str())) {
+                t.push((k, stem.to_string()));
+            }
+        }
+    }
+    t.sort();
+    t
+}
+
+/// Closes, with `unauthorized`, every open connection whose `register` key no longer
+/// authenticates as its principal: rotating or removing a key locks out the connections
+/// made with it too, not only new registers (the spec: "all agents must reconnect").
+/// Connections are checked when the key files change and once after they register (a
+/// register that read the old file just before a rotation is caught on the next tick).
+pub(super) fn spawn_revoker(face: std::sync::Arc<super::Face>) {
+    tokio::spawn(async move {
+        let mut stop = face.d.shutdown_rx();
+        let mut tick = tokio::time::interval(REVOKE_TICK);
+        let mut last: Option<Vec<(String, String)>> = None;
+        let mut checked_up_to = 0u64;
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = stop.changed() => return,
+            }
+            let home = face.cfg.home.clone();
+            let Ok(now) = tokio::task::spawn_blocking(move || table(&home)).await else {
+                continue;
+            };
+            let all = last.as_ref() != Some(&now);
+            let stale: Vec<std::sync::Arc<super::conn::Outbox>> = {
+                let live = face.live.lock();
+                let newest = live.conns.keys().max().copied().unwrap_or(checked_up_to);
+                let v = live
+                    .conns
+                    .iter()
+                    .filter(|(id, _)| all || **id > checked_up_to)
+                    .filter_map(|(_, c)| {
+                        let key = c.key.as_deref()?;
+                        let ok = now.iter().any(|(k, p)| *p == c.principal && same(k, key));
+                        (!ok).then(|| c.out.clone())
+                    })
+                    .collect();
+                checked_up_to = checked_up_to.max(newest);
+                v
+            };
+            let e = WireError::new(
+                ErrorCode::Unauthorized,
+                "the API key of this connection was rotated or removed; register again with the current key",
+            );
+            for out in stale {
+                out.revoke(&e);
+            }
+            last = Some(now);
+        }
+    });
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 
 use super::conn::Outbox;
 use super::limits::{Bucket, Limits};
-use super::{agents, rooms, Face, RUNTIME};
+use super::{agents, rooms, Face, PRINCIPAL_KEY, RUNTIME};
 use convene_cowchat::{ErrorCode, WireError};
 
 /// One open connection of a registered agent.
@@ -19,6 +19,9 @@ pub(super) struct ConnInfo {
     pub agent: String,
     pub principal: String,
     pub out: Arc<Outbox>,
+    /// The API key presented at `register` (none for a keyless local client): when it no
+    /// longer authenticates as `principal` (rotated, removed) the connection is closed.
+    pub key: Option<String>,
 }
 
 /// A registered agent, while it has connections.
@@ -108,6 +111,7 @@ impl Live {
                 agent: agent.to_string(),
                 principal: principal.to_string(),
                 out,
+                key: None,
             },
         );
         let a = self
@@ -373,7 +377,7 @@ pub(super) fn turn_holder(face: &Face, gid: &str) -> Option<String> {
 /// At startup every Cowchat member is "just disconnected": it keeps its rooms for the
 /// reconnect window, then the reaper removes it.
 pub(super) fn adopt_members_at_start(face: &Face) {
-    let members: Vec<(String, String, u64)> = {
+    let members: Vec<(String, String, u64, Option<String>)> = {
         let eng = face.d.ledger.engine();
         eng.groups()
             .into_iter()
@@ -381,7 +385,15 @@ pub(super) fn adopt_members_at_start(face: &Face) {
             .flat_map(|g| {
                 g.collaborators()
                     .filter(|a| a.runtime == RUNTIME)
-                    .map(|a| (a.id.clone(), g.group_id.clone(), g.last_seq))
+                    .map(|a| {
+                        let key = a.extra.get(PRINCIPAL_KEY).and_then(Value::as_str);
+                        (
+                            a.id.clone(),
+                            g.group_id.clone(),
+                            g.last_seq,
+                            key.map(String::from),
+                        )
+                    })
                     .collect::<Vec<_>>()
             })
             .collect()
@@ -390,7 +402,11 @@ pub(super) fn adopt_members_at_start(face: &Face) {
     // before a crash); a room without a saved point replays from the head at startup.
     let saved = super::replay::load(&face.cfg.home);
     let mut live = face.live.lock();
-    for (agent, gid, head) in members {
+    for (agent, gid, head, principal) in members {
+        // The key the agent joined with keeps its id (members from before this field: unbound).
+        if let Some(p) = principal {
+            live.bound.entry(agent.clone()).or_insert(p);
+        }
         let at = saved
             .get(&agent)
             .and_then(|r| r.get(&gid))

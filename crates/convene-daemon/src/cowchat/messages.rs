@@ -205,13 +205,7 @@ pub(super) fn check_may_post(s: &Session, room_id: &str, content: &str) -> Resul
     let me = s.me();
     {
         let eng = s.face.d.ledger.engine();
-        let g = rooms::room(&eng, room_id)?;
-        if g.actor(me).is_none() {
-            return Err(WireError::new(
-                ErrorCode::NotInRoom,
-                format!("{me} is not a member of {room_id}"),
-            ));
-        }
+        let g = rooms::member_room(&s.face, &eng, room_id, &s.principal, me)?;
         check_sealed(rooms::is_encrypted(g), content)?;
     }
     Ok(())
@@ -378,13 +372,12 @@ pub(super) async fn blocking<T: Send + 'static>(
 /// Checks that the agent is a member of the room it reads.
 fn check_reader(s: &Session, room_id: &str) -> Result<(), WireError> {
     let eng = s.face.d.ledger.engine();
-    let g = rooms::room(&eng, room_id)?;
-    if g.actor(s.me()).is_none() {
-        return Err(WireError::new(
-            ErrorCode::NotInRoom,
-            format!("join {room_id} to read its history"),
-        ));
-    }
+    rooms::member_room(&s.face, &eng, room_id, &s.principal, s.me()).map_err(|e| match e.code {
+        ErrorCode::NotInRoom => {
+            WireError::new(e.code, format!("join {room_id} to read its history"))
+        }
+        _ => e,
+    })?;
     Ok(())
 }
 

@@ -38,6 +38,10 @@ pub(crate) const SERVICE: &str = "svc:cowchat";
 pub(crate) const ROOM_KEY: &str = "cowchat_room";
 /// Group settings key holding the room's Cowchat attributes.
 pub(crate) const ATTRS_KEY: &str = "cowchat";
+/// Actor field holding the API-key principal the member joined with: an agent id stays bound
+/// to its key across a restart (the live binding is memory only), or another key could
+/// register the id and inherit its private rooms and replay.
+pub(crate) const PRINCIPAL_KEY: &str = "cowchat_principal";
 /// `data` key of `chat.message` events holding Cowchat-only message fields.
 pub(crate) const DATA_KEY: &str = "cowchat";
 /// Actor `runtime` given to Cowchat agents: a name without a transport, so the runtime
@@ -98,6 +102,7 @@ impl Face {
         coord::start(&face).await;
         live::adopt_members_at_start(&face);
         live::spawn_reaper(face.clone());
+        keys::spawn_revoker(face.clone());
         face
     }
 

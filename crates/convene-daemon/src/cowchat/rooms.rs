@@ -19,7 +19,7 @@ use serde_json::{json, Map, Value};
 use super::attrs::Attrs;
 use super::conn::{After, Session};
 use super::live;
-use super::{keys, names, wire, Face, ATTRS_KEY, ROOM_KEY, RUNTIME, SERVICE};
+use super::{keys, names, wire, Face, ATTRS_KEY, PRINCIPAL_KEY, ROOM_KEY, RUNTIME, SERVICE};
 
 /// The always-public system room.
 pub(super) const LOBBY: &str = "lobby";
@@ -60,6 +60,33 @@ pub(super) fn room<'a>(eng: &'a Engine, room_id: &str) -> Result<&'a Group, Wire
     eng.group(room_id)
         .filter(|g| is_room(g))
         .ok_or_else(|| WireError::new(ErrorCode::RoomNotFound, format!("no room {room_id}")))
+}
+
+/// A room by id that `principal` may see and `agent` is a member of. Membership is by actor
+/// id, and an id can be a member without being this key's (an actor added over the CCCS IPC,
+/// a member from before ids were recorded with their key): another key's private room is
+/// `access_denied` whatever the id.
+pub(super) fn member_room<'a>(
+    face: &Face,
+    eng: &'a Engine,
+    room_id: &str,
+    principal: &str,
+    agent: &str,
+) -> Result<&'a Group, WireError> {
+    let g = room(eng, room_id)?;
+    if !visible(face, eng, g, principal) {
+        return Err(WireError::new(
+            ErrorCode::AccessDenied,
+            "this private room belongs to another API key",
+        ));
+    }
+    if g.actor(agent).is_none() {
+        return Err(WireError::new(
+            ErrorCode::NotInRoom,
+            format!("{agent} is not a member of {room_id}"),
+        ));
+    }
+    Ok(g)
 }
 
 /// A room by id or, when no id is given, by name, that `principal` may see. A private room
@@ -253,6 +280,7 @@ pub(super) async fn join_room(
     spec.insert("actor_id".into(), json!(me));
     spec.insert("title".into(), json!(name));
     spec.insert("runtime".into(), json!(RUNTIME));
+    spec.insert(PRINCIPAL_KEY.into(), json!(s.principal));
     let cursor = match s
         .face
         .d
@@ -394,7 +422,9 @@ pub(super) async fn rename_room(
     let name = room_name(&r.name)?;
     let face = s.face.clone();
     let _one_at_a_time = face.rooms_lock.lock().await;
-    {
+    // The resolved room's id, never `r.room_id` as given: that may be a room name (resolved
+    // by the fallback) that is also the id of a group that is not a room.
+    let gid = {
         let eng = face.d.ledger.engine();
         let g = resolve_visible(
             &face,
@@ -412,13 +442,14 @@ pub(super) async fn rename_room(
                 format!("a room named {name} exists"),
             ));
         }
-    }
+        g.group_id.clone()
+    };
     let mut patch = Map::new();
     patch.insert(ROOM_KEY.into(), json!(name));
     face.d
         .ledger
         .execute(Command::GroupSettingsUpdate {
-            group_id: r.room_id.clone(),
+            group_id: gid.clone(),
             by: SERVICE.into(),
             patch,
         })
@@ -426,7 +457,7 @@ pub(super) async fn rename_room(
         .map_err(wire)?;
     let (v, outs) = {
         let eng = face.d.ledger.engine();
-        let g = room(&eng, &r.room_id)?;
+        let g = room(&eng, &gid)?;
         (room_value(&face, &eng, g), visible_outboxes(&face, &eng, g))
     };
     s.after.push(After::Push(outs, "room_updated", v.clone()));

@@ -23,7 +23,7 @@ pub(in super::super) async fn elect_leader(
 ) -> Result<Value, WireError> {
     let r: RoomId = parse(payload)?;
     let (me, _) = who(s);
-    check_member(&s.face, &r.room_id, &me)?;
+    check_member(s, &r.room_id, &me)?;
     let face = s.face.clone();
     let _one = face.coord.write.lock().await;
     if face.coord.state.lock().elections.contains_key(&r.room_id) {
@@ -61,7 +61,7 @@ pub(in super::super) async fn decline_election(
 ) -> Result<Value, WireError> {
     let r: RoomId = parse(payload)?;
     let (me, _) = who(s);
-    check_member(&s.face, &r.room_id, &me)?;
+    check_member(s, &r.room_id, &me)?;
     let face = s.face.clone();
     let _one = face.coord.write.lock().await;
     let declined = match face.coord.state.lock().elections.get(&r.room_id) {

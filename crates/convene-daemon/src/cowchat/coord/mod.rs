@@ -93,17 +93,10 @@ async fn append(
     Ok(())
 }
 
-/// Checks that the room exists and the agent is a member of it.
-pub(super) fn check_member(face: &Face, room: &str, agent: &str) -> Result<(), WireError> {
-    let eng = face.d.ledger.engine();
-    let g = rooms::room(&eng, room)?;
-    if g.actor(agent).is_none() {
-        return Err(WireError::new(
-            ErrorCode::NotInRoom,
-            format!("{agent} is not a member of {room}"),
-        ));
-    }
-    Ok(())
+/// Checks that the room exists, the caller's key may see it and `agent` is a member of it.
+pub(super) fn check_member(s: &Session, room: &str, agent: &str) -> Result<(), WireError> {
+    let eng = s.face.d.ledger.engine();
+    rooms::member_room(&s.face, &eng, room, &s.principal, agent).map(|_| ())
 }
 
 /// Rebuilds the projection from every room's coordination events (read through the store's

@@ -18,7 +18,7 @@ fn task(s: &Session, id: &str) -> Result<Task, WireError> {
 
 fn check_assignee(s: &Session, room: &str, a: Option<&str>) -> Result<(), WireError> {
     match a {
-        Some(a) => check_member(&s.face, room, a)
+        Some(a) => check_member(s, room, a)
             .map_err(|e| WireError::new(e.code, format!("assignee {a} is not a member of {room}"))),
         None => Ok(()),
     }
@@ -32,7 +32,7 @@ pub(in super::super) async fn assign_task(
     let a: AssignTask = parse(payload)?;
     a.validate()?;
     let me = s.me().to_string();
-    check_member(&s.face, &a.room_id, &me)?;
+    check_member(s, &a.room_id, &me)?;
     let assignee = a.assignee.filter(|x| !x.is_empty());
     check_assignee(s, &a.room_id, assignee.as_deref())?;
     let face = s.face.clone();
@@ -61,7 +61,7 @@ pub(in super::super) async fn update_task(
     let face = s.face.clone();
     let _one = face.coord.write.lock().await;
     let t = task(s, &u.task_id)?;
-    check_member(&face, &t.room_id, &me)?;
+    check_member(s, &t.room_id, &me)?;
     // Only a new assignee must be a member: a task whose assignee left can still be
     // completed, blocked or noted.
     let assignee = match u.assignee {
@@ -96,7 +96,7 @@ pub(in super::super) async fn list_tasks(
             ));
         }
     }
-    check_member(&s.face, &l.room_id, s.me())?;
+    check_member(s, &l.room_id, s.me())?;
     let _settled = s.face.coord.write.lock().await;
     let st = s.face.coord.state.lock();
     let tasks: Vec<Value> = st

@@ -56,7 +56,7 @@ pub(in super::super) async fn create_vote(
         }
     }
     let me = s.me().to_string();
-    check_member(&s.face, &c.room_id, &me)?;
+    check_member(s, &c.room_id, &me)?;
     let face = s.face.clone();
     let _one = face.coord.write.lock().await;
     let eligible: Vec<String> = {
@@ -93,6 +93,17 @@ pub(in super::super) async fn cast_vote(
     let face = s.face.clone();
     let _one = face.coord.write.lock().await;
     let v = vote(&face, &c.vote_id)?;
+    // Eligibility is by agent id: the id must also be this key's to use in that room.
+    {
+        let eng = face.d.ledger.engine();
+        let g = super::super::rooms::room(&eng, &v.room_id)?;
+        if !super::super::rooms::visible(&face, &eng, g, &s.principal) {
+            return Err(WireError::new(
+                ErrorCode::AccessDenied,
+                "this vote's room belongs to another API key",
+            ));
+        }
+    }
     if !v.is_open() {
         return Err(WireError::new(
             ErrorCode::VoteClosed,
@@ -145,7 +156,7 @@ pub(in super::super) async fn get_vote_status(
     // A push of this vote may have overtaken the fold of its event: wait for writes.
     let _settled = s.face.coord.write.lock().await;
     let v = vote(&s.face, &r.vote_id)?;
-    check_member(&s.face, &v.room_id, s.me())?;
+    check_member(s, &v.room_id, s.me())?;
     Ok(v.status_value())
 }
 
@@ -155,7 +166,7 @@ pub(in super::super) async fn list_votes(
     payload: Map<String, Value>,
 ) -> Result<Value, WireError> {
     let l: ListVotes = parse(payload)?;
-    check_member(&s.face, &l.room_id, s.me())?;
+    check_member(s, &l.room_id, s.me())?;
     let limit = l.limit.unwrap_or(DEFAULT_LIST).clamp(1, MAX_LIST) as usize;
     let _settled = s.face.coord.write.lock().await;
     let st = s.face.coord.state.lock();

@@ -289,14 +289,14 @@ pub(in crate::cowchat) async fn subscribe(
     let me = s.agent.as_ref().map(|a| a.id.clone()).unwrap_or_default();
     let head = {
         let eng = s.face.d.ledger.engine();
-        let g = rooms::room(&eng, &p.room_id)?;
-        if g.actor(&me).is_none() {
-            return Err(WireError::new(
-                ErrorCode::NotInRoom,
-                format!("join {} to subscribe to it", p.room_id),
-            ));
-        }
-        g.last_seq
+        rooms::member_room(&s.face, &eng, &p.room_id, &s.principal, &me)
+            .map_err(|e| match e.code {
+                ErrorCode::NotInRoom => {
+                    WireError::new(e.code, format!("join {} to subscribe to it", p.room_id))
+                }
+                _ => e,
+            })?
+            .last_seq
     };
     let cursor = match &p.since_seq {
         None | Some(Value::Null) => head,
