@@ -167,6 +167,25 @@ def test_tcp_loopback_is_local_trust_and_sdk_works_over_tcp(home):
         d.stop()
 
 
+def test_an_http_request_to_the_ipc_tcp_port_is_refused_before_its_body_runs(home):
+    # Loopback TCP is trusted, and a web page can make a browser POST to it with request
+    # lines as a text/plain body: the connection must end at the request line.
+    port = _free_port()
+    d = Daemon(home, ["--tcp", f"127.0.0.1:{port}"]).start()
+    try:
+        body = json.dumps({"v": 1, "op": "group_create", "args": {"title": "pwned", "by": "user"}}) + "\n"
+        req = (f"POST / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nOrigin: https://evil.example\r\n"
+               f"Content-Type: text/plain\r\nContent-Length: {len(body)}\r\n\r\n{body}").encode()
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(req)
+            answers = [json.loads(line) for line in s.makefile("rb")]  # until the daemon closes
+        assert len(answers) == 1 and answers[0]["ok"] is False, answers
+        groups = d.raw({"v": 1, "op": "groups", "args": {}})["result"]["groups"]
+        assert "pwned" not in {g["title"] for g in groups}
+    finally:
+        d.stop()
+
+
 def test_pipelined_sends_share_commits_keep_order_and_reads_see_them(daemon, client, group):
     conn = Conn(daemon.sock)
     n = 500

@@ -52,3 +52,19 @@ pub async fn read_frame<R: AsyncBufRead + Unpin>(
         r.consume(n);
     }
 }
+
+/// True for an HTTP/1.x request line (`METHOD target HTTP/1.x`): a browser page can make a
+/// browser POST to a loopback port, and its body lines must never run as frames.
+pub fn is_http_request(line: &[u8]) -> bool {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let mut parts = line.split(|&b| b == b' ');
+    let (Some(method), Some(target), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return false;
+    };
+    !method.is_empty()
+        && method.iter().all(u8::is_ascii_uppercase)
+        && !target.is_empty()
+        && version.starts_with(b"HTTP/")
+}

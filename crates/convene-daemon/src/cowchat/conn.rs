@@ -282,7 +282,7 @@ where
             }
             Ok(Read::Line) if buf.iter().all(u8::is_ascii_whitespace) => {}
             Ok(Read::Line) => match parse_frame(&buf) {
-                Err(_) if is_http_request(&buf) => {
+                Err(_) if crate::lines::is_http_request(&buf) => {
                     // A web page can make a browser send this to a loopback port, with NDJSON
                     // lines as its body: serving them would let any site act as a keyless
                     // local agent. Close before reading the body.
@@ -328,21 +328,6 @@ where
     drop(s);
     drop(out);
     let _ = writer.await;
-}
-
-/// True for an HTTP/1.x request line (`METHOD target HTTP/1.x`).
-fn is_http_request(line: &[u8]) -> bool {
-    let line = line.strip_suffix(b"\r").unwrap_or(line);
-    let mut parts = line.split(|&b| b == b' ');
-    let (Some(method), Some(target), Some(version), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return false;
-    };
-    !method.is_empty()
-        && method.iter().all(u8::is_ascii_uppercase)
-        && !target.is_empty()
-        && version.starts_with(b"HTTP/")
 }
 
 async fn write_loop<W: AsyncWrite + Unpin>(

@@ -148,6 +148,17 @@ where
                     .unwrap_or_default(),
             )),
             Frame::Line if buf.iter().all(u8::is_ascii_whitespace) => continue,
+            Frame::Line if crate::lines::is_http_request(&buf) => {
+                // A web page can make a browser POST to the loopback TCP port with request
+                // lines as its body; loopback is trusted, so they must never run. Close.
+                let line = convene_ipc::err_line(
+                    ErrorCode::InvalidRequest.as_str(),
+                    "an HTTP request is not an IPC request; closing",
+                    Map::new(),
+                );
+                let _ = tx.send(Out::Ready(line)).await;
+                break;
+            }
             Frame::Line => match convene_ipc::parse_request(&buf) {
                 Err(e) => {
                     let mut det = Map::new();
