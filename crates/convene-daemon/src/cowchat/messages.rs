@@ -474,14 +474,15 @@ fn history_from_memory(
         .iter()
         .filter_map(|e| push::message_memo(e).flatten())
         .collect();
-    let sizes: Vec<usize> = msgs.iter().map(|m| m.message.len()).collect();
-    let keep = within_budget(&sizes, after.is_some());
-    let cut = keep.len() < msgs.len();
-    let mut page = HistoryPage::new(head, sizes[keep.clone()].iter().sum());
-    for m in &msgs[keep] {
-        page.push(|out| out.extend_from_slice(&m.message));
-    }
-    Some(page.finish(evs.len() == limit || cut))
+    let page = budgeted_page(
+        head,
+        &msgs,
+        |m| m.message.len(),
+        |m, out| out.extend_from_slice(&m.message),
+        after.is_some(),
+        evs.len() == limit,
+    );
+    Some(page)
 }
 
 fn render_history(head: &FrameHead, rows: &[RawEvent], limit: usize, forward: bool) -> Vec<u8> {
@@ -494,14 +495,34 @@ fn render_history(head: &FrameHead, rows: &[RawEvent], limit: usize, forward: bo
         })
         .collect();
     // The stored event is a little longer than the message it renders to: a safe estimate.
-    let sizes: Vec<usize> = msgs.iter().map(|m| m.1).collect();
+    budgeted_page(
+        head,
+        &msgs,
+        |m| m.1,
+        |m, out| m.0.write_message(out),
+        forward,
+        rows.len() == limit,
+    )
+}
+
+/// The answer frame of a page of `msgs`, cut to [`MAX_HISTORY_BYTES`] by [`within_budget`];
+/// `has_more` when the read filled its `limit` (`full`) or the cut left messages out.
+fn budgeted_page<T>(
+    head: &FrameHead,
+    msgs: &[T],
+    size: impl Fn(&T) -> usize,
+    write: impl Fn(&T, &mut Vec<u8>),
+    forward: bool,
+    full: bool,
+) -> Vec<u8> {
+    let sizes: Vec<usize> = msgs.iter().map(&size).collect();
     let keep = within_budget(&sizes, forward);
     let cut = keep.len() < msgs.len();
     let mut page = HistoryPage::new(head, sizes[keep.clone()].iter().sum());
-    for (st, _) in &msgs[keep] {
-        page.push(|out| st.write_message(out));
+    for m in &msgs[keep] {
+        page.push(|out| write(m, out));
     }
-    page.finish(rows.len() == limit || cut)
+    page.finish(full || cut)
 }
 
 /// The messages of a page to send: all, or past [`MAX_HISTORY_BYTES`] the run that fits at
