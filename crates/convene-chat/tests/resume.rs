@@ -195,15 +195,7 @@ fn history_follow_shows_a_message_sent_just_after_its_history_read() {
         let room = create_room(&d, "alice", "fresh", &[]);
         let rid = room["room_id"].as_str().unwrap().to_string();
         join(&d, "bob", "fresh");
-        let ep = convene_chat::Endpoint::parse(&d.url()).unwrap();
-        let who = convene_chat::Identity {
-            name: "alice".into(),
-            agent_id: Some("alice".into()),
-            ..Default::default()
-        };
-        let alice = Arc::new(std::sync::Mutex::new(
-            convene_chat::Client::connect(&ep, &who).unwrap(),
-        ));
+        let alice = Arc::new(std::sync::Mutex::new(connect_as(&d, "alice")));
         let (a, r) = (alice.clone(), rid.clone());
         let (_dir, proxy, fired) = proxy_with_hook(d.sock(), move || {
             let p = json!({"room_id": r, "content": "just after the read"});
@@ -271,13 +263,7 @@ fn wait_shows_messages_its_key_cannot_open_in_order_and_keeps_waiting() {
     let rid = room["room_id"].as_str().unwrap().to_string();
     join(&d, "bob", "vault");
     let start = tip(&d, "bob", "vault").to_string();
-    let ep = convene_chat::Endpoint::parse(&d.url()).unwrap();
-    let who = convene_chat::Identity {
-        name: "alice".into(),
-        agent_id: Some("alice".into()),
-        ..Default::default()
-    };
-    let mut alice = convene_chat::Client::connect(&ep, &who).unwrap();
+    let mut alice = connect_as(&d, "alice");
     let seal = |k: &str, r: &str, t: &str| convene_chat::crypto::seal(k, r, t).unwrap();
     for content in [
         seal(secret, &rid, "one"),
@@ -340,13 +326,7 @@ fn ws_catch_up_too_big_for_one_frame_still_delivers_every_message() {
     let room = create_room(&d, "alice", "diffs", &[]);
     join(&d, "bob", "diffs");
     let start = tip(&d, "bob", "diffs").to_string();
-    let ep = convene_chat::Endpoint::parse(&d.url()).unwrap();
-    let who = convene_chat::Identity {
-        name: "alice".into(),
-        agent_id: Some("alice".into()),
-        ..Default::default()
-    };
-    let mut alice = convene_chat::Client::connect(&ep, &who).unwrap();
+    let mut alice = connect_as(&d, "alice");
     // 900 messages of 20 KB: one 1000-row history page is 18 MB, more than the WebSocket
     // layer takes in one message (16 MiB).
     let body = "d".repeat(20_000);

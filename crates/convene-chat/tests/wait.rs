@@ -374,13 +374,7 @@ fn follow_delivers_every_message_once_in_order_across_catch_up_and_pushes() {
     create_room(&d, "alice", "stream", &[]);
     join(&d, "bob", "stream");
     let start = tip(&d, "bob", "stream").to_string();
-    let ep = convene_chat::Endpoint::parse(&d.url()).unwrap();
-    let who = convene_chat::Identity {
-        name: "alice".into(),
-        agent_id: Some("alice".into()),
-        ..Default::default()
-    };
-    let mut alice = convene_chat::Client::connect(&ep, &who).unwrap();
+    let mut alice = connect_as(&d, "alice");
     let rid = alice.resolve_room("stream").unwrap()["room_id"].clone();
     let mut say = |text: String, end: bool| {
         let mut p = serde_json::json!({"room_id": rid, "content": text});

@@ -214,6 +214,17 @@ pub fn woken_by(mut c: Command, d: &Daemon, sender: &str, room: &str, text: &str
     json_lines(&String::from_utf8(o.stdout).unwrap())
 }
 
+/// A library client of the daemon, registered as `who` (name and stable agent id).
+pub fn connect_as(d: &Daemon, who: &str) -> convene_chat::Client {
+    let ep = convene_chat::Endpoint::parse(&d.url()).unwrap();
+    let id = convene_chat::Identity {
+        name: who.into(),
+        agent_id: Some(who.into()),
+        ..Default::default()
+    };
+    convene_chat::Client::connect(&ep, &id).unwrap()
+}
+
 pub fn tip(d: &Daemon, who: &str, room: &str) -> u64 {
     let mut c = d.cow(who);
     c.args(["rooms", "tip", room]);
