@@ -197,3 +197,107 @@ fn policy_floor_rule_orders_profiles() {
     );
     assert_eq!(run(&rule, &cmd("search", json!({}))), Verdict::Allow);
 }
+
+/// Params as agents send them: (tool, params) pairs that each rule must deny / allow.
+fn assert_rule(rule: &dyn Rule, deny: &[Value], allow: &[Value]) {
+    for p in deny {
+        assert_eq!(run(rule, &cmd("tool", p.clone())), Verdict::Deny, "{p}");
+    }
+    for p in allow {
+        assert_eq!(run(rule, &cmd("tool", p.clone())), Verdict::Allow, "{p}");
+    }
+}
+
+#[test]
+fn ssrf_protection_reads_hosts_without_a_scheme_and_names_that_resolve_inside() {
+    assert_rule(
+        &SsrfProtection,
+        &[
+            // Host fields read as host[:port][/path] without a scheme.
+            json!({"host": "169.254.169.254"}),
+            json!({"url": "10.0.0.1/admin"}),
+            json!({"endpoint": "localhost:6379"}),
+            json!({"target_url": "metadata.google.internal/computeMetadata/v1/"}),
+            json!({"proxy": "10.1.2.3:3128"}),
+            json!({"webhook": ["https://example.com/ok", "192.168.0.10:8080/hook"]}),
+            // Bare addresses with a port or path in any text (curl assumes http://).
+            json!({"command": "curl 169.254.169.254/latest/meta-data/"}),
+            json!({"command": "curl -s [::1]:8080/admin"}),
+            json!({"text": "connect to 10.0.0.5:5432 and dump it"}),
+            json!({"command": "wget localhost:9200/_cat/indices"}),
+            // Wildcard DNS that answers with the address in the name.
+            json!({"url": "http://127.0.0.1.nip.io/"}),
+            json!({"url": "http://app.10-0-0-1.sslip.io/"}),
+            json!({"url": "http://7f000001.nip.io/"}),
+            json!({"url": "http://--1.sslip.io/"}),
+            json!({"url": "http://169.254.169.254.xip.io/latest"}),
+            // Public names that resolve to 127.0.0.1.
+            json!({"url": "http://localtest.me:8080/"}),
+            json!({"url": "https://api.lvh.me/v1"}),
+        ],
+        &[
+            json!({"host": "example.com"}),
+            json!({"endpoint": "api.github.com:443"}),
+            json!({"client_ip": "10.0.0.5"}),
+            json!({"address": "221B Baker Street"}),
+            json!({"note": "version 10.0.0.1 released"}),
+            json!({"rule": "allow 10.0.0.0/8 and 192.168.0.0/16"}),
+            json!({"path": "notes/todo.md"}),
+            json!({"time": "meet at 10:30"}),
+            json!({"url": "https://8.8.8.8.nip.io/"}),
+            json!({"url": "http://example.nip.io/"}),
+            json!({"command": "git log -n 5 --since 2024-01-01"}),
+        ],
+    );
+}
+
+#[test]
+fn rce_protection_denies_find_deleting_system_trees_or_the_whole_home() {
+    assert_rule(
+        &RceProtection,
+        &[
+            json!({"command": "find / -delete"}),
+            json!({"command": "find / -name '*.log' -delete"}),
+            json!({"command": "cd /tmp && find ~ -delete"}),
+            json!({"command": "find /etc -type f -exec rm -f {} +"}),
+            json!({"command": "find / -type f | xargs rm -f"}),
+            json!({"command": "find $HOME -mindepth 1 -delete"}),
+        ],
+        &[
+            json!({"command": "find . -name '*.tmp' -delete"}),
+            json!({"command": "find ./build -delete"}),
+            json!({"command": "find ~ -name '*.pyc' -delete"}),
+            json!({"command": "find / -name nginx.conf"}),
+            json!({"text": "please find / and replace the config"}),
+        ],
+    );
+}
+
+#[test]
+fn credential_leak_denies_colon_assignments_and_command_line_passwords() {
+    assert_rule(
+        &CredentialLeak,
+        &[
+            json!({"config": "db:\n  user: app\n  password: hunter2"}),
+            json!({"body": "api_key: k3y-7f9a8b2c"}),
+            json!({"text": "{\"password\": \"Sup3rSecret\"}"}),
+            json!({"note": "Secret: correcthorsebatterystaple"}),
+            json!({"command": "mysql -uroot -pS3cretPass mydb"}),
+            json!({"command": "mysqldump -u app -phunter22 db > dump.sql"}),
+            json!({"command": "sshpass -p 'hunter2' ssh bob@build-1"}),
+            json!({"command": "curl -u bob:S3cret https://api.example.com/v1"}),
+            json!({"command": "curl --user 'bob:S3cret' https://api.example.com/v1"}),
+        ],
+        &[
+            json!({"body": "Forgot password: please contact support"}),
+            json!({"text": "password: <your password>"}),
+            json!({"text": "password: ${DB_PASSWORD}"}),
+            json!({"text": "Top secret: meeting moved"}),
+            json!({"text": "secretary: Ann"}),
+            json!({"command": "mysql -u root -p mydb"}),
+            json!({"command": "mysql -P3306 -h db.example.com"}),
+            json!({"command": "curl -u bob https://api.example.com"}),
+            json!({"command": "cargo test -p convene-evidence"}),
+        ],
+    );
+}

@@ -1,0 +1,308 @@
+//! `credential_leak`: parameters that carry secrets.
+
+use super::{prefilter, strings, Rule, RuleContext, RuleOutcome};
+use aho_corasick::AhoCorasick;
+use std::sync::OnceLock;
+
+/// Blocks parameters that carry secrets (cloud keys, tokens, private keys, passwords).
+pub struct CredentialLeak;
+
+const SECRET_KEYS: &[&str] = &[
+    "password",
+    "passwd",
+    "secret",
+    "api_key",
+    "apikey",
+    "access_token",
+    "private_key",
+    "client_secret",
+    "authorization",
+    "aws_secret_access_key",
+    "refresh_token",
+    "session_token",
+    "auth_token",
+    "bearer_token",
+];
+
+fn is_token_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_' || c == '-'
+}
+
+fn has_prefixed_token(s: &str, prefix: &str, min_len: usize, charset: fn(char) -> bool) -> bool {
+    let mut from = 0;
+    while let Some(i) = s[from..].find(prefix) {
+        let start = from + i + prefix.len();
+        let n = s[start..].chars().take_while(|c| charset(*c)).count();
+        if n >= min_len {
+            return true;
+        }
+        from = start;
+    }
+    false
+}
+
+/// `password`, `db_password`, `API_KEY`, `userPassword`, `X-API-Key`... : the name in
+/// snake case (camelCase humps, '-', '.' and ' ' become '_'), then the secret name exactly or
+/// as a `_`-separated suffix.
+fn secret_key_name(k: &str) -> bool {
+    let mut norm = String::with_capacity(k.len() + 4);
+    let mut after_lower = false;
+    for c in k.chars() {
+        if matches!(c, '-' | '.' | ' ') {
+            norm.push('_');
+            after_lower = false;
+            continue;
+        }
+        if c.is_ascii_uppercase() && after_lower {
+            norm.push('_');
+        }
+        after_lower = c.is_ascii_lowercase() || c.is_ascii_digit();
+        norm.push(c.to_ascii_lowercase());
+    }
+    SECRET_KEYS.iter().any(|sk| {
+        norm.ends_with(sk)
+            && (norm.len() == sk.len() || norm.as_bytes()[norm.len() - sk.len() - 1] == b'_')
+    })
+}
+
+/// A necessary substring of every finding of [`CredentialLeak::scan`].
+const CREDENTIAL_MARKERS: &[&str] = &[
+    "AKIA",
+    "-----BEGIN",
+    "ghp_",
+    "gho_",
+    "ghs_",
+    "github_pat_",
+    "xoxb-",
+    "xoxp-",
+    "xoxa-",
+    "xoxs-",
+    "sk_live_",
+    "rk_live_",
+    "sk-",
+    "eyJ",
+    "=",
+    ":",
+    "-p",
+    "-u",
+];
+
+impl CredentialLeak {
+    fn scan(s: &str) -> Option<&'static str> {
+        static AC: OnceLock<Option<AhoCorasick>> = OnceLock::new();
+        if prefilter(&AC, CREDENTIAL_MARKERS.iter().copied()).is_some_and(|ac| !ac.is_match(s)) {
+            return None;
+        }
+        if has_prefixed_token(s, "AKIA", 16, |c| {
+            c.is_ascii_uppercase() || c.is_ascii_digit()
+        }) {
+            return Some("AWS access key id");
+        }
+        if s.contains("-----BEGIN") && s.contains("PRIVATE KEY") {
+            return Some("private key block");
+        }
+        for p in ["ghp_", "gho_", "ghs_", "github_pat_"] {
+            if has_prefixed_token(s, p, 30, is_token_char) {
+                return Some("GitHub token");
+            }
+        }
+        for p in ["xoxb-", "xoxp-", "xoxa-", "xoxs-"] {
+            if has_prefixed_token(s, p, 10, is_token_char) {
+                return Some("Slack token");
+            }
+        }
+        for p in ["sk_live_", "rk_live_"] {
+            if has_prefixed_token(s, p, 16, is_token_char) {
+                return Some("Stripe secret key");
+            }
+        }
+        if has_prefixed_token(s, "sk-", 32, is_token_char) {
+            return Some("API secret key");
+        }
+        // JWT: three base64url segments, the first two starting with '{"' encoded.
+        if s.contains("eyJ") {
+            for w in s.split(|c: char| c.is_whitespace() || c == '"' || c == '\'') {
+                let mut parts = w.split('.');
+                if let (Some(a), Some(b), Some(c), None) =
+                    (parts.next(), parts.next(), parts.next(), parts.next())
+                {
+                    if a.starts_with("eyJ") && b.starts_with("eyJ") && c.len() >= 16 {
+                        return Some("JWT bearer token");
+                    }
+                }
+            }
+        }
+        // Inline assignments need an '='; skip the lowercase copy otherwise.
+        if s.contains('=') {
+            let lower = s.to_ascii_lowercase();
+            for k in [
+                "password=",
+                "passwd=",
+                "api_key=",
+                "apikey=",
+                "secret=",
+                "token=",
+            ] {
+                if let Some(i) = lower.find(k) {
+                    let n = lower[i + k.len()..]
+                        .chars()
+                        .take_while(|c| !c.is_whitespace() && *c != '&')
+                        .count();
+                    if n >= 6 {
+                        return Some("inline credential assignment");
+                    }
+                }
+            }
+        }
+        if s.contains(':') && colon_assignment(s) {
+            return Some("inline credential assignment");
+        }
+        if s.contains("-p") || s.contains("-u") {
+            if let Some(what) = command_line_password(s) {
+                return Some(what);
+            }
+        }
+        None
+    }
+}
+
+/// Names whose `name: value` form (YAML, headers, prose) assigns a secret.
+const COLON_KEYS: [&str; 8] = [
+    "password",
+    "passwd",
+    "api_key",
+    "apikey",
+    "api key",
+    "secret",
+    "client_secret",
+    "access_token",
+];
+
+/// `password: hunter2`, `"api_key": "k3y-..."`, `Secret: 8f2!x...`: a secret name, an
+/// optional closing quote, a ':' and a value that looks like a secret (see [`secretish`]).
+fn colon_assignment(s: &str) -> bool {
+    let lower = s.to_ascii_lowercase();
+    COLON_KEYS.iter().any(|k| {
+        lower.match_indices(k).any(|(i, _)| {
+            // A whole word: "bypassword:" or "secretary:" are not these names.
+            let before = lower[..i].chars().next_back();
+            if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') {
+                return false;
+            }
+            let rest = lower[i + k.len()..].trim_start_matches(['"', '\'']);
+            let Some(rest) = rest.trim_start().strip_prefix(':') else {
+                return false;
+            };
+            // The value in its original case (ASCII lower-casing keeps byte offsets).
+            let off = s.len() - rest.len();
+            let v = s[off..].trim_start().trim_start_matches(['"', '\'']);
+            let v: &str = v
+                .split(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | ',' | '}' | '&'))
+                .next()
+                .unwrap_or("");
+            secretish(v)
+        })
+    })
+}
+
+/// A value that reads as a secret, not as prose or a placeholder: at least 6 characters with
+/// a digit, a symbol or mixed case, or 12 and more of anything; not a `$VAR`, `<name>`,
+/// `{{template}}` or `****` placeholder.
+fn secretish(v: &str) -> bool {
+    if v.len() < 6 || v.starts_with(['$', '<', '{', '*', '%']) {
+        return false;
+    }
+    let first = v.chars().next().unwrap_or(' ');
+    if v.chars().all(|c| c == first) {
+        return false;
+    }
+    let digit = v.chars().any(|c| c.is_ascii_digit());
+    let symbol = v.chars().any(|c| !c.is_alphanumeric());
+    let mixed = v.chars().any(char::is_uppercase) && v.chars().any(char::is_lowercase);
+    digit || symbol || mixed || v.chars().count() >= 12
+}
+
+/// Database clients that take the password glued to `-p` (`mysql -uroot -pS3cret`).
+const GLUED_P_CLIENTS: [&str; 9] = [
+    "mysql",
+    "mysqldump",
+    "mysqladmin",
+    "mysqlimport",
+    "mysqlshow",
+    "mysqlcheck",
+    "mariadb",
+    "mariadb-dump",
+    "mariadb-admin",
+];
+
+/// A password written on a command line: `mysql -pS3cret`, `sshpass -p S3cret ssh ...`,
+/// `curl -u bob:S3cret ...` / `--user bob:S3cret`.
+fn command_line_password(s: &str) -> Option<&'static str> {
+    let words: Vec<&str> = s.split_whitespace().collect();
+    let base = |w: &str| {
+        w.rsplit('/')
+            .next()
+            .unwrap_or("")
+            .trim_matches(['"', '\''])
+            .to_string()
+    };
+    for (i, w) in words.iter().enumerate() {
+        let b = base(w);
+        // The command's own arguments, up to a shell separator.
+        let args = words[i + 1..]
+            .iter()
+            .take_while(|a| !matches!(**a, ";" | "&&" | "||" | "|"));
+        if GLUED_P_CLIENTS.contains(&b.as_str()) {
+            let mut args = args;
+            if args.any(|a| a.len() > 2 && a.starts_with("-p")) {
+                return Some("password on a command line");
+            }
+        } else if b == "sshpass" {
+            let a: Vec<&&str> = args.collect();
+            if a.windows(2)
+                .any(|p| *p[0] == "-p" && !p[1].starts_with('-'))
+                || a.iter().any(|x| x.len() > 2 && x.starts_with("-p"))
+            {
+                return Some("password on a command line");
+            }
+        } else if b == "curl" {
+            let a: Vec<&&str> = args.collect();
+            let userpass = |v: &str| {
+                v.trim_matches(['"', '\''])
+                    .split_once(':')
+                    .is_some_and(|(_, p)| !p.is_empty())
+            };
+            if a.windows(2)
+                .any(|p| matches!(*p[0], "-u" | "--user" | "--proxy-user") && userpass(p[1]))
+                || a.iter()
+                    .any(|x| x.len() > 2 && x.starts_with("-u") && userpass(&x[2..]))
+            {
+                return Some("password on a command line");
+            }
+        }
+    }
+    None
+}
+
+impl Rule for CredentialLeak {
+    fn name(&self) -> &str {
+        "credential_leak"
+    }
+    fn evaluate(&self, ctx: &RuleContext<'_>) -> RuleOutcome {
+        let mut all = Vec::new();
+        strings(&ctx.cmd.params, None, &mut all);
+        for (key, s) in all {
+            if let Some(k) = key.filter(|_| s.len() >= 4) {
+                if secret_key_name(k) {
+                    return RuleOutcome::deny(format!(
+                        "credential leak: secret-bearing field '{k}'"
+                    ));
+                }
+            }
+            if let Some(what) = Self::scan(s) {
+                return RuleOutcome::deny(format!("credential leak: {what}"));
+            }
+        }
+        RuleOutcome::allow()
+    }
+}
