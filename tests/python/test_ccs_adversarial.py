@@ -107,6 +107,21 @@ def test_ccs_12_3_3_unparseable_receipt_is_rejected_not_an_internal_error(w):
         assert "expected one of" not in p.stdout + p.stderr  # no parser internals
 
 
+def test_ccs_12_3_3_receipt_file_that_is_not_json_is_rejected_not_an_io_error(w):
+    issue(w, "ok-3", "search_web", {"query": "weather"})
+    for text in ("not json at all", '{"trace_id": "ok-3", ', ""):
+        bad = w / "garbled.json"
+        bad.write_text(text)
+        p = ev("verify", "--receipt", str(bad), "--key", str(w / "key.json"), "--audience", AUD,
+               "--intake", str(w / "ok-3.in.json"), check=1)
+        out = json.loads(p.stdout)
+        assert out["accepted"] is False
+        assert out["failure"]["failure_category"] == "SIGNATURE_INVALID"
+    # A file that cannot be read at all is still an I/O error (exit 5), not a verdict.
+    ev("verify", "--receipt", str(w / "missing.json"), "--key", str(w / "key.json"),
+       "--audience", AUD, "--intake", str(w / "ok-3.in.json"), check=5)
+
+
 def test_ccs_12_3_3_signature_in_another_encoding_is_an_altered_receipt(w):
     r = json.loads(issue(w, "ok-3", "search_web", {"query": "weather"}).read_text())
     sig = bytes.fromhex(r["signature"])

@@ -384,7 +384,12 @@ fn trust_from(
 }
 
 fn verify(a: &Args) -> Result<i32, Fail> {
-    let raw = read_json(a.req("receipt")?)?;
+    // A file that is not JSON is a receipt that does not verify (exit 1, SIGNATURE_INVALID),
+    // like JSON that is not a receipt; only a file that cannot be read is an I/O error.
+    let raw = match read_json(a.req("receipt")?) {
+        Err(Fail::Internal(m)) if m.starts_with("invalid JSON input") => Value::Null,
+        r => r?,
+    };
     // A bare receipt or an issue bundle (as receipt_of).
     let raw = raw.get("receipt").filter(|r| r.is_object()).unwrap_or(&raw);
     let field = |k: &str| raw.get(k).and_then(Value::as_str).unwrap_or("").to_string();

@@ -421,7 +421,16 @@ impl Verifier {
     }
 
     /// Issue for an intake, using `audience` instead of the default.
+    /// The audience must be an absolute URI (§6.7), as the configured one is.
     pub fn issue_for(&self, v: &Value, audience: &str) -> Result<IssuedReceipt, IntakeError> {
+        if !crate::config::is_uri(audience) {
+            let mut e = IntakeError::new(
+                IntakeErrorCode::IntakeMalformed,
+                "audience must be an absolute URI",
+            );
+            e.trace_id = v.get("trace_id").and_then(Value::as_str).map(String::from);
+            return Err(e);
+        }
         self.guarded_with(|| intake::parse_value(v), Some(audience))
     }
 

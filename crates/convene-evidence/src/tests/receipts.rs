@@ -165,3 +165,20 @@ fn ccs_6_1_request_hash_and_key_never_in_band() {
     assert!(!wire.contains(&hex::encode(v.keys().hmac_secret())));
     assert!(!wire.contains(&hex::encode(&v.keys().hmac_secret()[..8])));
 }
+
+#[test]
+fn ccs_6_7_issue_for_refuses_an_audience_that_is_not_an_absolute_uri() {
+    let v = verifier();
+    let i = intake("search_web", json!({"query":"weather in Tokyo"}));
+    for bad in ["executor", "", "https://a b", "1http://x"] {
+        let e = v.issue_for(&i, bad).unwrap_err();
+        assert_eq!(
+            e.code,
+            crate::error::IntakeErrorCode::IntakeMalformed,
+            "{bad:?}"
+        );
+        assert_eq!(e.trace_id.as_deref(), i["trace_id"].as_str());
+    }
+    let r = v.issue_for(&i, "urn:convene:executor-2").unwrap().receipt;
+    assert_eq!(r.audience, "urn:convene:executor-2");
+}
