@@ -232,6 +232,52 @@ def test_ccs_11_4_1_chain_refuses_spliced_reordered_and_headless_receipts(w):
     assert p.returncode != 0 and not (w / "x.json").exists()
 
 
+def test_ccs_11_4_chain_seal_proves_where_the_chain_ends(w):
+    hops, _ = _chain(w)
+    key = ["--key", str(w / "key.json")]
+    c, s, t = w / "c.json", w / "sealed.json", w / "cut.json"
+
+    def check(path: Path, *extra: str, rc: int) -> dict:
+        return json.loads(ev("chain", "verify", "--chain", str(path), *key, *extra, check=rc).stdout)
+
+    ev("chain", "build", "--out", str(c), *map(str, hops))
+    # Unsealed: every link verifies, but nothing says hop 2 is the end.
+    assert check(c, rc=0)["sealed"] is False
+    assert "not sealed" in check(c, "--require-seal", rc=1)["failure_reason"]
+    ev("chain", "seal", "--chain", str(c), *key, "--out", str(s))
+    res = check(s, "--require-seal", rc=0)
+    assert res["chain_valid"] is True and res["sealed"] is True
+    sealed = json.loads(s.read_text())
+    assert sealed["seal"]["total_hops"] == 2
+    assert sealed["seal"]["last_receipt_hash"] == sealed["receipts"][2]["receipt_hash"]
+    assert check(s, "--mode", "spot", "--hop", "1", rc=0)["sealed"] is True
+
+    # The last hop cut off, the seal kept: the seal names a receipt the chain no longer has.
+    ev("chain", "build", "--out", str(t), *map(str, hops[:2]))
+    cut = json.loads(t.read_text())
+    write(t, {**cut, "seal": sealed["seal"]})
+    res = check(t, rc=1)
+    assert res["chain_valid"] is False and "seal" in res["failure_reason"] and res["broken_at"] == 1
+    # ... with the seal rewritten to the new end: its signature no longer holds.
+    forged = {**sealed["seal"], "total_hops": 1, "last_receipt_hash": cut["receipts"][1]["receipt_hash"]}
+    write(t, {**cut, "seal": forged})
+    assert check(t, rc=1)["failure_reason"] == "seal signature invalid"
+    # ... with the seal dropped: valid as a chain, refused where a proven end is required.
+    write(t, cut)
+    check(t, rc=0)
+    check(t, "--require-seal", rc=1)
+
+    # Pruning keeps the origin, the last receipt and the numbering: the seal still holds.
+    ev("chain", "prune", "--chain", str(s), "--hop", "1", "--out", str(w / "pruned.json"))
+    assert check(w / "pruned.json", "--require-seal", rc=0)["sealed"] is True
+    # A chain that does not verify is not sealed.
+    bad = json.loads(c.read_text())
+    bad["chain_id"] = bad["receipts"][1]["receipt_hash"]
+    write(w / "bad.json", bad)
+    out = json.loads(ev("chain", "seal", "--chain", str(w / "bad.json"), *key, check=1).stdout)
+    assert out["sealed"] is False and "seal" not in json.loads((w / "bad.json").read_text())
+
+
 def test_ccs_11_4_1_chain_id_must_name_the_origin(w):
     hops, _ = _chain(w)
     c = w / "c.json"

@@ -228,7 +228,8 @@ def test_cli_chain_verify_and_prune(exported, tmp_path):
     ev("chain", "build", "--out", str(chain), *(str(d / f"h{i}.r.json") for i in range(3)))
     res = json.loads(ev("chain", "verify", "--chain", str(chain), "--key", str(exported["key"])).stdout)
     assert res == {"chain_valid": True, "broken_at": None, "missing_hops": [], "total_hops": 2,
-                   "verification_mode": "full", "summary_match": True, "flagged_for_review": False}
+                   "verification_mode": "full", "summary_match": True, "flagged_for_review": False,
+                   "sealed": False}
     ev("chain", "prune", "--chain", str(chain), "--hop", "1", "--out", str(tmp_path / "p.json"))
     pruned = json.loads((tmp_path / "p.json").read_text())
     assert len(pruned["pruned_receipts"]) == 1 and pruned["summary_hash"] != json.loads(chain.read_text())["summary_hash"]

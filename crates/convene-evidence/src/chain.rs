@@ -3,6 +3,7 @@
 use crate::error::EvidenceError;
 use crate::keys::TrustStore;
 use crate::receipt::Receipt;
+use crate::seal::ChainSeal;
 use crate::store::EvidenceStore;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -189,6 +190,9 @@ pub struct EvidenceChain {
     /// Pruned entries kept for audit.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pruned_receipts: Vec<ChainEntry>,
+    /// The closing verifier's signed statement of where the chain ends (absent: unsealed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seal: Option<ChainSeal>,
 }
 
 /// Chain verification result (§11.5).
@@ -212,6 +216,9 @@ pub struct ChainResult {
     /// Set when the chain exceeds the hop limit.
     #[serde(default)]
     pub flagged_for_review: bool,
+    /// Whether a genuine seal proves that the chain ends at its last hop.
+    #[serde(default)]
+    pub sealed: bool,
 }
 
 /// summary_hash = SHA-256(digest_0 || digest_1 || ...), raw 32-byte digests in insertion order.
@@ -253,6 +260,7 @@ impl EvidenceChain {
             receipts: entries,
             total_hops: 0,
             pruned_receipts: Vec::new(),
+            seal: None,
         })
     }
 
@@ -281,6 +289,8 @@ impl EvidenceChain {
         });
         self.total_hops = hop;
         self.summary_hash = summary_hash(&self.receipts);
+        // A chain that grows past its seal has not ended there.
+        self.seal = None;
         Ok(())
     }
 
@@ -450,6 +460,7 @@ impl EvidenceChain {
             failure_reason: reason,
             summary_match,
             flagged_for_review: false,
+            sealed: false,
         }
     }
 
@@ -472,6 +483,7 @@ impl EvidenceChain {
             }),
             summary_match: false,
             flagged_for_review: hops > MAX_HOPS,
+            sealed: false,
         })
     }
 
@@ -514,7 +526,27 @@ impl EvidenceChain {
                 summary_match,
             );
         }
-        self.result("full", None, summary_match)
+        self.sealed(self.result("full", None, summary_match), trust)
+    }
+
+    /// A verified result with the seal checked: a present seal must be genuine and name
+    /// this chain's end, or the chain fails at its last hop.
+    fn sealed(&self, mut res: ChainResult, trust: &TrustStore) -> ChainResult {
+        let Some(seal) = &self.seal else {
+            return res;
+        };
+        if !res.chain_valid {
+            return res;
+        }
+        match seal.check(self, trust) {
+            Ok(()) => res.sealed = true,
+            Err(m) => {
+                res.chain_valid = false;
+                res.broken_at = self.receipts.last().map(|e| e.hop);
+                res.failure_reason = Some(m);
+            }
+        }
+        res
     }
 
     /// Spot verification of one hop plus the summary hash (§11.5).
@@ -536,6 +568,6 @@ impl EvidenceChain {
             (self.chain_id != self.receipts[0].receipt_hash)
                 .then(|| (0, "chain_id does not name the origin at hop 0".to_string()))
         });
-        self.result("spot", broken, summary_match)
+        self.sealed(self.result("spot", broken, summary_match), trust)
     }
 }

@@ -4,7 +4,7 @@
 //! 3 receipt issued with verdict deny or escalate, or (verify) a valid receipt that does not
 //! permit the call; 4 intake error (no receipt); 5 internal error.
 
-use crate::chain::{CrossOrg, Envelope, EvidenceChain};
+use crate::chain::{CrossOrg, Envelope};
 use crate::config::{ChallengePolicy, DeploymentMode, Manifest};
 use crate::enforce::{report_json, Enforcer, Expected, ReplayCache};
 use crate::error::EvidenceError;
@@ -23,6 +23,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+#[path = "cli_chain.rs"]
+mod chain_cmd;
 #[path = "cli_rotate.rs"]
 mod rotate;
 
@@ -51,8 +53,10 @@ const USAGE: &str = "usage:
   evidence trust revoke|retire --trust TRUST.json --fingerprint FP
   evidence chain build --out C.json RECEIPT_OR_BUNDLE...
   evidence chain verify --chain C.json (--key KEY.json | --trust TRUST.json) [--issuer URI]
-                        [--mode full|spot] [--hop N] [--now T]
+                        [--mode full|spot] [--hop N] [--now T] [--require-seal]
   evidence chain prune --chain C.json --hop N [--out C2.json]
+  evidence chain seal --chain C.json --key KEY.json [--trust TRUST.json] [--issuer URI]
+                      [--now T] [--out C2.json]
   evidence envelope wrap --parent R.json --child-trace ID --reason TEXT [--hop N]
                          [--sender URI --receiver URI --key KEY.json] [--out E.json]
   evidence envelope verify --envelope E.json (--key KEY.json | --trust TRUST.json) [--receiver URI]
@@ -70,7 +74,7 @@ struct Args {
     pos: Vec<String>,
 }
 
-const BOOL_FLAGS: [&str; 1] = ["chained"];
+const BOOL_FLAGS: [&str; 2] = ["chained", "require-seal"];
 
 impl Args {
     fn parse(a: &[String]) -> Result<Self, String> {
@@ -211,9 +215,7 @@ fn evidence(a: &[String]) -> Result<i32, Fail> {
                 .ok_or_else(|| Fail::Usage("missing subcommand".into()))?;
             let args = Args::parse(rest2).map_err(Fail::Usage)?;
             match (cmd.as_str(), sub.as_str()) {
-                ("chain", "build") => chain_build(&args),
-                ("chain", "verify") => chain_verify(&args),
-                ("chain", "prune") => chain_prune(&args),
+                ("chain", step) => chain_cmd::run(step, &args),
                 ("trust", "enroll") => trust_enroll(&args),
                 ("trust", "revoke") => trust_revoke(&args),
                 ("trust", "retire") => trust_retire(&args),
@@ -499,63 +501,6 @@ fn trust_update(
         return Ok(EXIT_REJECTED);
     }
     write_out(Some(p), &serde_json::to_value(&ts)?)?;
-    Ok(EXIT_OK)
-}
-
-fn chain_build(a: &Args) -> Result<i32, Fail> {
-    let mut it = a.pos.iter();
-    let first = it
-        .next()
-        .ok_or_else(|| Fail::Usage("no receipts given".into()))?;
-    // A receipt that does not link to the one before it is refused (exit 1), not built in.
-    let refused = |e: EvidenceError| match e {
-        EvidenceError::Chain(m) => Fail::Code(EXIT_REJECTED, json!({"built": false, "reason": m})),
-        other => other.into(),
-    };
-    let mut c = EvidenceChain::new(receipt_of(&read_json(first)?)?).map_err(refused)?;
-    for p in it {
-        c.append(receipt_of(&read_json(p)?)?).map_err(refused)?;
-    }
-    write_out(a.get("out"), &serde_json::to_value(&c)?)?;
-    Ok(EXIT_OK)
-}
-
-fn chain_verify(a: &Args) -> Result<i32, Fail> {
-    let c: EvidenceChain = serde_json::from_value(read_json(a.req("chain")?)?)?;
-    let hint = c.receipts.first().map(|e| e.receipt.issuer.clone());
-    let (ts, _) = trust_from(a, hint.as_deref())?;
-    let now = match a.get("now") {
-        Some(t) => Some(t.parse().map_err(|_| Fail::Usage("bad --now".into()))?),
-        None => None,
-    };
-    let res = match a.get("mode").unwrap_or("full") {
-        "full" => c.verify_full(&ts, now),
-        "spot" => {
-            let hop = a
-                .req("hop")?
-                .parse()
-                .map_err(|_| Fail::Usage("bad --hop".into()))?;
-            c.verify_spot(hop, &ts, now)
-        }
-        m => return Err(Fail::Usage(format!("unknown mode {m}"))),
-    };
-    write_out(None, &serde_json::to_value(&res)?)?;
-    Ok(if res.chain_valid {
-        EXIT_OK
-    } else {
-        EXIT_REJECTED
-    })
-}
-
-fn chain_prune(a: &Args) -> Result<i32, Fail> {
-    let p = a.req("chain")?;
-    let mut c: EvidenceChain = serde_json::from_value(read_json(p)?)?;
-    let hop = a
-        .req("hop")?
-        .parse()
-        .map_err(|_| Fail::Usage("bad --hop".into()))?;
-    c.prune(hop)?;
-    write_out(Some(a.get("out").unwrap_or(p)), &serde_json::to_value(&c)?)?;
     Ok(EXIT_OK)
 }
 

@@ -21,6 +21,7 @@ pub mod live;
 pub mod receipt;
 pub mod rotation;
 pub mod rules;
+pub mod seal;
 pub mod server;
 pub mod store;
 

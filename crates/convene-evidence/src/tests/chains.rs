@@ -130,3 +130,34 @@ fn ccs_11_3_2_org_ids_and_issuer_must_be_uris() {
         Err(crate::chain::EnvelopeRejection::Malformed)
     );
 }
+
+#[test]
+fn ccs_11_4_a_seal_is_void_once_the_chain_grows_and_needs_a_trusted_key() {
+    let v = verifier();
+    let mut i = intake("delegate", json!({"hop": 0}));
+    i["trace_id"] = json!("00000000000000a0");
+    let r0 = v.issue(&i).unwrap().receipt;
+    let mut c = EvidenceChain::new(r0.clone()).unwrap();
+    let mut ts = TrustStore::default();
+    let pk = base64::engine::general_purpose::STANDARD.encode(v.keys().public().to_bytes());
+    ts.enroll(&v.settings().issuer, &pk, &v.keys().fingerprint())
+        .unwrap();
+    let issuer = v.settings().issuer.clone();
+    c.seal = Some(crate::seal::ChainSeal::sign(&c, v.keys(), &issuer, 1.0).unwrap());
+    assert!(c.verify_full(&ts, None).sealed);
+    // A seal by a key the relying party does not trust proves nothing.
+    let stranger = KeyMaterial::generate(None);
+    let mut foreign = c.clone();
+    foreign.seal = Some(crate::seal::ChainSeal::sign(&c, &stranger, &issuer, 1.0).unwrap());
+    let res = foreign.verify_full(&ts, None);
+    assert!(!res.chain_valid && !res.sealed, "{res:?}");
+    // The next hop appended: the old seal no longer claims the end.
+    let mut i = intake("delegate", json!({"hop": 1}));
+    i["trace_id"] = json!("00000000000000a1");
+    i["delegation_chain"] = json!({"previous_receipt_hash": r0.receipt_hash().unwrap(),
+                                    "parent_trace_id": r0.trace_id});
+    c.append(v.issue(&i).unwrap().receipt).unwrap();
+    assert!(c.seal.is_none());
+    let res = c.verify_full(&ts, None);
+    assert!(res.chain_valid && !res.sealed, "{res:?}");
+}
