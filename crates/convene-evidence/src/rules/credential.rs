@@ -82,13 +82,20 @@ const CREDENTIAL_MARKERS: &[&str] = &[
     "sk-",
     "eyJ",
     "=",
-    ":",
-    "-p",
-    "-u",
 ];
 
 impl CredentialLeak {
     fn scan(s: &str) -> Option<&'static str> {
+        // Checked apart from the markers: ':' and "-p" are in most URLs and commands, so
+        // as markers they would send nearly every string through the token scan.
+        if s.contains(':') && colon_assignment(s) {
+            return Some("inline credential assignment");
+        }
+        if s.contains("-p") || s.contains("-u") {
+            if let Some(what) = command_line_password(s) {
+                return Some(what);
+            }
+        }
         static AC: OnceLock<Option<AhoCorasick>> = OnceLock::new();
         if prefilter(&AC, CREDENTIAL_MARKERS.iter().copied()).is_some_and(|ac| !ac.is_match(s)) {
             return None;
@@ -154,14 +161,6 @@ impl CredentialLeak {
                 }
             }
         }
-        if s.contains(':') && colon_assignment(s) {
-            return Some("inline credential assignment");
-        }
-        if s.contains("-p") || s.contains("-u") {
-            if let Some(what) = command_line_password(s) {
-                return Some(what);
-            }
-        }
         None
     }
 }
@@ -181,28 +180,42 @@ const COLON_KEYS: [&str; 8] = [
 /// `password: hunter2`, `"api_key": "k3y-..."`, `Secret: 8f2!x...`: a secret name, an
 /// optional closing quote, a ':' and a value that looks like a secret (see [`secretish`]).
 fn colon_assignment(s: &str) -> bool {
-    let lower = s.to_ascii_lowercase();
-    COLON_KEYS.iter().any(|k| {
-        lower.match_indices(k).any(|(i, _)| {
-            // A whole word: "bypassword:" or "secretary:" are not these names.
-            let before = lower[..i].chars().next_back();
-            if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') {
-                return false;
-            }
-            let rest = lower[i + k.len()..].trim_start_matches(['"', '\'']);
-            let Some(rest) = rest.trim_start().strip_prefix(':') else {
-                return false;
-            };
-            // The value in its original case (ASCII lower-casing keeps byte offsets).
-            let off = s.len() - rest.len();
-            let v = s[off..].trim_start().trim_start_matches(['"', '\'']);
-            let v: &str = v
-                .split(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | ',' | '}' | '&'))
-                .next()
-                .unwrap_or("");
-            secretish(v)
-        })
-    })
+    static AC: OnceLock<Option<AhoCorasick>> = OnceLock::new();
+    let ac = AC.get_or_init(|| {
+        AhoCorasick::builder()
+            .ascii_case_insensitive(true)
+            .match_kind(aho_corasick::MatchKind::LeftmostLongest)
+            .build(COLON_KEYS)
+            .ok()
+    });
+    let found = |i: usize, end: usize| {
+        // A whole word: "bypassword:" or "secretary:" are not these names.
+        let before = s[..i].chars().next_back();
+        if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return false;
+        }
+        let rest = s[end..].trim_start_matches(['"', '\'']);
+        let Some(rest) = rest.trim_start().strip_prefix(':') else {
+            return false;
+        };
+        let v = rest.trim_start().trim_start_matches(['"', '\'']);
+        let v: &str = v
+            .split(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | ',' | '}' | '&'))
+            .next()
+            .unwrap_or("");
+        secretish(v)
+    };
+    match ac {
+        Some(ac) => ac.find_iter(s).any(|m| found(m.start(), m.end())),
+        // No automaton (cannot happen with these patterns): the same search, one name at a
+        // time, on a lower-case copy (ASCII lower-casing keeps byte offsets).
+        None => {
+            let lower = s.to_ascii_lowercase();
+            COLON_KEYS
+                .iter()
+                .any(|k| lower.match_indices(k).any(|(i, _)| found(i, i + k.len())))
+        }
+    }
 }
 
 /// A value that reads as a secret, not as prose or a placeholder: at least 6 characters with
