@@ -512,3 +512,33 @@ fn a_start_past_the_rooms_newest_row_waits_from_the_newest_row_and_says_so() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("past the newest row"), "{err}");
 }
+
+#[test]
+fn history_follow_shows_an_own_message_from_another_process_with_no_traffic_after_it() {
+    let d = Daemon::start();
+    create_room(&d, "alice", "quiet", &[]);
+    join(&d, "bob", "quiet");
+    send(&d, "alice", "quiet", "hello", &[]);
+    let mut c = d.cow("bob");
+    c.args(["history", "quiet", "--follow", "--text"]);
+    let Follower {
+        mut child,
+        mut out,
+        first,
+    } = follow(c);
+    assert!(first.trim_end().ends_with("alice: hello"), "{first}");
+    // The server pushes a message to everyone but its sender, so nothing wakes the follower:
+    // it must still show bob's own line, long before its 30 s catch-all re-check.
+    send(&d, "bob", "quiet", "mine", &[]);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = out.read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx.recv_timeout(Duration::from_secs(10));
+    let _ = child.kill();
+    let _ = child.wait();
+    let line = line.expect("own message not shown within 10 s");
+    assert!(line.trim_end().ends_with("bob: mine"), "{line}");
+}

@@ -22,6 +22,10 @@ use crate::{SinceSeq, WaitArgs, EXIT_IDLE, EXIT_TIMEOUT};
 
 /// Default internal re-check interval of `--loop` / `--follow`.
 const RECHECK: Duration = Duration::from_secs(30);
+/// Re-check interval of `history --follow`: the server pushes a message to everyone but its
+/// sender, so this agent's own messages sent from another process reach the follower only
+/// through a history read (one `get_history` a second per follower; empty when idle).
+const OWN_RECHECK: Duration = Duration::from_secs(1);
 /// Plain `wait --timeout 0` cap.
 const FOREVER: Duration = Duration::from_secs(24 * 3600);
 /// Reconnect backoff bounds.
@@ -153,7 +157,7 @@ pub fn follow_history(ctx: &Ctx, room: &str, after: u64, text: bool) -> anyhow::
         cursor: Some(after),
         since: SinceSeq::N(after),
         catch_up: true,
-        recheck: RECHECK,
+        recheck: OWN_RECHECK,
         idle: None,
         idle_deadline: None,
         plain_deadline: None,
