@@ -150,12 +150,14 @@ def test_a_rotated_or_removed_key_ends_the_connections_that_registered_with_it(h
 
 def test_an_id_that_is_a_member_of_another_keys_private_room_gives_no_access_to_it(cow_ipc):
     """Membership is by actor id. An actor an operator added over the CCCS IPC (a bridge to
-    another runtime) has no key: another key registering that id must still be refused
-    everything in the private room (read, post, typing, coordination, webhooks)."""
+    another runtime) has no key: only the daemon key may register that id (another key is
+    refused: test_an_ipc_actors_id_cannot_be_claimed_by_another_key), and even then it must
+    be refused everything in another key's private room it is a member of (read, post,
+    typing, coordination, webhooks)."""
     d, _ = cow_ipc
     other = auth(d.home, "add-key", "team-b")
     a = CC(d.cowchat_unix)
-    assert reg(a, "alice")["type"] == "ok"
+    assert reg(a, "alice", other)["type"] == "ok"
     room = a.ok("create_room", {"name": "secret-plans"})["room_id"]
     a.ok("join_room", {"room_id": room})
     a.ok("send_message", {"room_id": room, "content": "the launch code is 1234"})
@@ -165,7 +167,7 @@ def test_an_id_that_is_a_member_of_another_keys_private_room_gives_no_access_to_
     vote = a.ok("create_vote", {"room_id": room, "title": "go?", "options": ["y", "n"]})["vote_id"]
     b = CC(d.cowchat_unix)
     # Not restored as one of its rooms either (that would also start its pushes).
-    assert reg(b, "bridge", other)["payload"]["rooms"] == []
+    assert reg(b, "bridge")["payload"]["rooms"] == []
     assert error_code(b.req("cast_vote", {"vote_id": vote, "option_index": 1})) == "access_denied"
     assert error_code(b.req("get_vote_status", {"vote_id": vote})) == "access_denied"
     for ftype, p in [("get_history", {"room_id": room}),
@@ -207,3 +209,37 @@ def test_only_the_creating_key_and_id_may_rename_or_destroy_and_never_the_lobby(
     assert b.push("room_updated")["payload"]["name"] == "renamed"
     a.ok("destroy_room", {"room_id": room})
     assert b.push("room_destroyed")["payload"]["room_id"] == room
+
+
+def test_an_ipc_actors_id_cannot_be_claimed_by_another_key(cow_ipc):
+    """An actor added over the CCCS IPC records no API key. Another key must not register its
+    id and post as it: not in a public room it is a member of (the lobby here), nor anywhere
+    (its id names it in its CCCC group). The daemon key may: it can act as any actor over
+    the IPC already. Ids bound to a key stay that key's."""
+    d, gid = cow_ipc
+    other = auth(d.home, "add-key", "team-b")
+    a = CC(d.cowchat_unix)
+    assert reg(a, "alice")["type"] == "ok"
+    lobby = a.ok("room_info", {"name": "lobby"})["room"]["room_id"]
+    for group, actor in ((gid, "peer1"), (lobby, "bridge")):
+        r = d.raw({"v": 1, "op": "actor_add", "args": {"group_id": group, "actor_id": actor,
+                                                       "runtime": "none", "by": "user"}})
+        assert r["ok"] is True, r
+    for actor in ("peer1", "bridge"):
+        b = CC(d.cowchat_unix)
+        assert error_code(reg(b, actor, other)) == "agent_id_taken", actor
+        b.close()
+    a.ok("join_room", {"room_id": lobby})
+    assert a.ok("get_history", {"room_id": lobby})["messages"] == []
+    # A team-b agent that joined a room keeps its id bound to team-b: the daemon key cannot
+    # take it either.
+    b = CC(d.cowchat_unix)
+    assert reg(b, "bob", other)["type"] == "ok"
+    b.ok("join_room", {"room_id": lobby})
+    b.close()
+    assert error_code(reg(CC(d.cowchat_unix), "bob")) == "agent_id_taken"
+    # The daemon key (here keyless local) may be the IPC actor, as over the IPC itself.
+    p = CC(d.cowchat_unix)
+    assert reg(p, "bridge")["type"] == "ok"
+    p.ok("send_message", {"room_id": lobby, "content": "from the bridge"})
+    assert [m["agent_id"] for m in a.ok("get_history", {"room_id": lobby})["messages"]] == ["bridge"]
