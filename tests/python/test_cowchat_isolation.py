@@ -168,8 +168,9 @@ def test_an_id_that_is_a_member_of_another_keys_private_room_gives_no_access_to_
     b = CC(d.cowchat_unix)
     # Not restored as one of its rooms either (that would also start its pushes).
     assert reg(b, "bridge")["payload"]["rooms"] == []
-    assert error_code(b.req("cast_vote", {"vote_id": vote, "option_index": 1})) == "access_denied"
-    assert error_code(b.req("get_vote_status", {"vote_id": vote})) == "access_denied"
+    # A vote of a room this key cannot see is one it does not know of.
+    assert error_code(b.req("cast_vote", {"vote_id": vote, "option_index": 1})) == "vote_not_found"
+    assert error_code(b.req("get_vote_status", {"vote_id": vote})) == "vote_not_found"
     for ftype, p in [("get_history", {"room_id": room}),
                      ("send_message", {"room_id": room, "content": "hi"}),
                      ("thinking", {"room_id": room, "content": "hm"}),
@@ -243,3 +244,75 @@ def test_an_ipc_actors_id_cannot_be_claimed_by_another_key(cow_ipc):
     assert reg(p, "bridge")["type"] == "ok"
     p.ok("send_message", {"room_id": lobby, "content": "from the bridge"})
     assert [m["agent_id"] for m in a.ok("get_history", {"room_id": lobby})["messages"]] == ["bridge"]
+
+
+def same_answer(c: CC, ftype: str, real: dict, fake: dict, real_id: str, fake_id: str) -> str:
+    """The error `c` gets for `real` (naming `real_id`) and for `fake` (naming `fake_id`,
+    which does not exist) are the same, but for the id: returns its code."""
+    r, f = c.req(ftype, real), c.req(ftype, fake)
+    assert r["type"] == f["type"] == "error", (r, f)
+    norm = lambda fr, i: json.dumps(fr["payload"], sort_keys=True).replace(i, "ID")
+    assert norm(r, real_id) == norm(f, fake_id), (r, f)
+    return r["payload"]["code"]
+
+
+def test_votes_and_tasks_of_a_room_the_key_cannot_see_answer_as_unknown_ones(cow_ipc):
+    """An id of a vote or task in another key's private room must not tell the caller that
+    it exists (access_denied against vote_not_found was an existence oracle)."""
+    d, _ = cow_ipc
+    other = auth(d.home, "add-key", "team-b")
+    a = CC(d.cowchat_unix)
+    assert reg(a, "alice")["type"] == "ok"
+    room = a.ok("create_room", {"name": "secret-plans"})["room_id"]
+    a.ok("join_room", {"room_id": room})
+    vote = a.ok("create_vote", {"room_id": room, "title": "go?", "options": ["y", "n"]})["vote_id"]
+    task = a.ok("assign_task", {"room_id": room, "title": "launch"})["task_id"]
+    b = CC(d.cowchat_unix)
+    assert reg(b, "bob", other)["type"] == "ok"
+    fake_vote, fake_task = vote[:-4] + "0000", task[:-4] + "0000"
+    assert same_answer(b, "cast_vote", {"vote_id": vote, "option_index": 0},
+                       {"vote_id": fake_vote, "option_index": 0}, vote, fake_vote) == "vote_not_found"
+    assert same_answer(b, "get_vote_status", {"vote_id": vote}, {"vote_id": fake_vote},
+                       vote, fake_vote) == "vote_not_found"
+    assert same_answer(b, "update_task", {"task_id": task, "status": "completed"},
+                       {"task_id": fake_task, "status": "completed"}, task, fake_task) == "task_not_found"
+    # Nothing changed, and the owner still sees its vote and task.
+    assert a.ok("get_vote_status", {"vote_id": vote})["votes_cast"] == 0
+    assert [t["status"] for t in a.ok("list_tasks", {"room_id": room})["tasks"]] == ["pending"]
+
+
+def test_a_name_held_by_a_room_the_key_cannot_see_is_free_for_it(cow_ipc):
+    """`create_room` (and `rename_room`) with the name of another key's private room must
+    answer as for a free name, or the name is an existence oracle. So names are unique among
+    the rooms a key can see: the creator gets its room, each key resolves the name to the
+    room it sees (its own first), and a visible room's name stays taken."""
+    d, _ = cow_ipc
+    other = auth(d.home, "add-key", "team-b")
+    a = CC(d.cowchat_unix)
+    assert reg(a, "alice")["type"] == "ok"
+    mine = a.ok("create_room", {"name": "secret-plans"})["room_id"]
+    public = a.ok("create_room", {"name": "open-coord", "public": True})["room_id"]
+    b = CC(d.cowchat_unix)
+    assert reg(b, "bob", other)["type"] == "ok"
+    theirs = b.ok("create_room", {"name": "secret-plans"})
+    assert theirs["room_id"] != mine and theirs["name"] == "secret-plans"
+    assert b.ok("room_info", {"name": "secret-plans"})["room"]["room_id"] == theirs["room_id"]
+    assert a.ok("room_info", {"name": "secret-plans"})["room"]["room_id"] == mine
+    b.ok("join_room", {"name": "secret-plans"})
+    assert b.ok("room_info", {"room_id": "secret-plans"})["agents"][0]["agent_id"] == "bob"
+    # A public room is seen by every key: its name is taken for all of them.
+    assert error_code(b.req("create_room", {"name": "open-coord"})) == "room_name_taken"
+    other_room = b.ok("create_room", {"name": "b-room"})["room_id"]
+    assert error_code(b.req("rename_room", {"room_id": other_room, "name": "open-coord"})) == "room_name_taken"
+    # A public room may take the name of a private room its creator cannot see: that room's
+    # key resolves the name to its own room, and lists both.
+    a.ok("create_room", {"name": "b-plans"})
+    b.ok("rename_room", {"room_id": other_room, "name": "b-plans"})
+    a_only = a.ok("create_room", {"name": "a-only"})["room_id"]
+    pub_b = b.ok("create_room", {"name": "a-only", "public": True})["room_id"]
+    assert a.ok("room_info", {"name": "a-only"})["room"]["room_id"] == a_only
+    assert b.ok("room_info", {"name": "a-only"})["room"]["room_id"] == pub_b
+    assert sorted(r["room_id"] for r in a.ok("list_rooms")["rooms"] if r["name"] == "a-only") == sorted([a_only, pub_b])
+    # Once public, its name is taken for every key.
+    assert error_code(a.req("create_room", {"name": "a-only"})) == "room_name_taken"
+    assert a.ok("room_info", {"name": "open-coord"})["room"]["room_id"] == public

@@ -31,7 +31,8 @@ struct Index {
     revision: u64,
     /// room id → its name and owning key.
     rooms: HashMap<String, Entry>,
-    /// name → room ids (more than one only when another face gave two groups one name).
+    /// name → room ids (more than one when rooms no one key can see all of share a name, or
+    /// another face gave two groups one name).
     by_name: HashMap<String, Vec<String>>,
     /// owning key → how many rooms it owns.
     owned: HashMap<String, usize>,
@@ -62,6 +63,26 @@ impl Directory {
                     .cmp(&b.created_at)
                     .then(a.group_id.cmp(&b.group_id))
             })
+    }
+
+    /// Every room named `name` in `eng`, in creation order (names are unique among the rooms
+    /// one key can see, not overall: another key's private room may share a name).
+    pub fn named<'a>(&self, eng: &'a Engine, name: &str) -> Vec<&'a Group> {
+        let mut ix = self.inner.lock();
+        ix.sync(eng);
+        let mut v: Vec<&Group> = ix
+            .by_name
+            .get(name)
+            .into_iter()
+            .flatten()
+            .filter_map(|id| eng.group(id))
+            .collect();
+        v.sort_by(|a, b| {
+            a.created_at
+                .cmp(&b.created_at)
+                .then(a.group_id.cmp(&b.group_id))
+        });
+        v
     }
 
     /// How many rooms of `eng` the API key `principal` owns.

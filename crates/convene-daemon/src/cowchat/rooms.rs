@@ -98,8 +98,8 @@ pub(super) fn resolve_visible<'a>(
     principal: &str,
 ) -> Result<&'a Group, WireError> {
     let g = match (&r.room_id, &r.name) {
-        (Some(id), _) => room(eng, id).or_else(|e| by_name(face, eng, id).ok_or(e))?,
-        (None, Some(name)) => by_name(face, eng, name.trim()).ok_or_else(|| {
+        (Some(id), _) => room(eng, id).or_else(|e| by_name(face, eng, id, principal).ok_or(e))?,
+        (None, Some(name)) => by_name(face, eng, name.trim(), principal).ok_or_else(|| {
             WireError::new(ErrorCode::RoomNotFound, format!("no room named {name}"))
         })?,
         (None, None) => return Err(WireError::payload("room_id or name is required")),
@@ -113,9 +113,17 @@ pub(super) fn resolve_visible<'a>(
     Ok(g)
 }
 
-/// The room named `name` (through the face's room directory, not a scan of every group).
-fn by_name<'a>(face: &Face, eng: &'a Engine, name: &str) -> Option<&'a Group> {
-    face.names.by_name(eng, name)
+/// The room named `name` that `principal` may see (through the face's room directory, not
+/// a scan of every group): names are unique among the rooms one key can see, so another
+/// key's private room of that name is neither found nor an obstacle. Should two visible
+/// rooms share it (a public room named like a private room its creator could not see), the
+/// key's own room wins, then the earliest.
+fn by_name<'a>(face: &Face, eng: &'a Engine, name: &str, principal: &str) -> Option<&'a Group> {
+    face.names
+        .named(eng, name)
+        .into_iter()
+        .filter(|g| visible(face, eng, g, principal))
+        .min_by_key(|g| attrs(face, eng, g).owner.as_deref() != Some(principal))
 }
 
 /// The wire Room object.
@@ -148,7 +156,7 @@ fn visible_outboxes(face: &Face, eng: &Engine, g: &Group) -> Vec<Arc<super::conn
 
 /// Makes sure the system `lobby` exists (at startup).
 pub(super) async fn ensure_lobby(face: &Face) {
-    if by_name(face, &face.d.ledger.engine(), LOBBY).is_some() {
+    if face.names.by_name(&face.d.ledger.engine(), LOBBY).is_some() {
         return;
     }
     let attrs = Attrs {
@@ -196,7 +204,9 @@ pub(super) async fn create_room(
     let _one_at_a_time = face.rooms_lock.lock().await;
     {
         let eng = face.d.ledger.engine();
-        if by_name(&face, &eng, &name).is_some() {
+        // Only a room this key can see takes the name: refusing for another key's private
+        // room would tell the caller that it exists.
+        if by_name(&face, &eng, &name, &s.principal).is_some() {
             return Err(WireError::new(
                 ErrorCode::RoomNameTaken,
                 format!("a room named {name} exists"),
@@ -436,7 +446,7 @@ pub(super) async fn rename_room(
             &s.principal,
         )?;
         check_owner(s, &eng, g)?;
-        if by_name(&face, &eng, &name).is_some_and(|o| o.group_id != g.group_id) {
+        if by_name(&face, &eng, &name, &s.principal).is_some_and(|o| o.group_id != g.group_id) {
             return Err(WireError::new(
                 ErrorCode::RoomNameTaken,
                 format!("a room named {name} exists"),

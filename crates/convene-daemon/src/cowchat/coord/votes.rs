@@ -41,6 +41,17 @@ fn vote(face: &Face, id: &str) -> Result<Vote, WireError> {
     Ok(v)
 }
 
+/// The vote, if its room still exists and `principal` may see it: a vote of a room the
+/// caller cannot see answers as an unknown one, so its id tells nothing.
+fn visible_vote(face: &Face, id: &str, principal: &str) -> Result<Vote, WireError> {
+    let v = vote(face, id)?;
+    let eng = face.d.ledger.engine();
+    match eng.group(&v.room_id) {
+        Some(g) if super::super::rooms::visible(face, &eng, g, principal) => Ok(v),
+        _ => Err(not_found(id)),
+    }
+}
+
 /// `create_vote`: the room's members now are its eligible voters.
 pub(in super::super) async fn create_vote(
     s: &mut Session,
@@ -92,18 +103,8 @@ pub(in super::super) async fn cast_vote(
     let me = s.me().to_string();
     let face = s.face.clone();
     let _one = face.coord.write.lock().await;
-    let v = vote(&face, &c.vote_id)?;
     // Eligibility is by agent id: the id must also be this key's to use in that room.
-    {
-        let eng = face.d.ledger.engine();
-        let g = super::super::rooms::room(&eng, &v.room_id)?;
-        if !super::super::rooms::visible(&face, &eng, g, &s.principal) {
-            return Err(WireError::new(
-                ErrorCode::AccessDenied,
-                "this vote's room belongs to another API key",
-            ));
-        }
-    }
+    let v = visible_vote(&face, &c.vote_id, &s.principal)?;
     if !v.is_open() {
         return Err(WireError::new(
             ErrorCode::VoteClosed,
@@ -155,7 +156,7 @@ pub(in super::super) async fn get_vote_status(
     let r: VoteRef = parse(payload)?;
     // A push of this vote may have overtaken the fold of its event: wait for writes.
     let _settled = s.face.coord.write.lock().await;
-    let v = vote(&s.face, &r.vote_id)?;
+    let v = visible_vote(&s.face, &r.vote_id, &s.principal)?;
     check_member(s, &v.room_id, s.me())?;
     Ok(v.status_value())
 }
