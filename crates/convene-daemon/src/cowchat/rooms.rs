@@ -352,8 +352,17 @@ pub(super) async fn remove_member(
     agent: &str,
     reason: &str,
 ) -> Result<Option<After>, WireError> {
-    // Taken before the removal: afterwards the order no longer says who came after `agent`.
+    // Taken before the removal: afterwards the order no longer says who came after `agent`,
+    // and its name (the actor title) is gone.
     let before = live::join_order(face, gid);
+    let name = {
+        let eng = face.d.ledger.engine();
+        eng.group(gid)
+            .and_then(|g| g.actor(agent))
+            .map(|a| a.title.clone())
+            .filter(|t| !t.is_empty())
+            .unwrap_or_else(|| agent.to_string())
+    };
     face.d
         .ledger
         .execute(Command::ActorRemove {
@@ -364,7 +373,7 @@ pub(super) async fn remove_member(
         .await
         .map_err(wire)?;
     live::turn_after_removal(face, gid, agent, reason, &before);
-    super::coord::member_gone(face, gid, agent, reason).await;
+    super::coord::member_gone(face, gid, agent, &name, reason).await;
     let empty_ephemeral = {
         let eng = face.d.ledger.engine();
         eng.group(gid)
