@@ -506,7 +506,8 @@ pub(super) async fn destroy_room(
 }
 
 /// `list_rooms`: the rooms this key may see (optionally the sub-rooms of `parent_id`), with
-/// `member_count` and `last_activity` (time of the room's newest ledger event).
+/// `member_count` and `last_activity` (time of the room's newest ledger event), from the room
+/// directory (no scan of every group).
 pub(super) async fn list_rooms(
     s: &Session,
     payload: Map<String, Value>,
@@ -514,10 +515,10 @@ pub(super) async fn list_rooms(
     let l: ListRooms = parse(payload)?;
     let mut rooms: Vec<Value> = {
         let eng = s.face.d.ledger.engine();
-        eng.groups()
+        s.face
+            .names
+            .visible(&eng, &s.principal, l.parent_id.as_deref())
             .into_iter()
-            .filter(|g| is_room(g) && visible(&s.face, &eng, g, &s.principal))
-            .filter(|g| l.parent_id.is_none() || attrs(&s.face, &eng, g).parent_id == l.parent_id)
             .map(|g| room_value(&s.face, &eng, g))
             .collect()
     };
@@ -563,14 +564,11 @@ pub(super) async fn room_info(
     let (room, agents, subs, gid) = {
         let eng = s.face.d.ledger.engine();
         let g = resolve_visible(&s.face, &eng, &r, &s.principal)?;
-        let subs: Vec<Value> = eng
-            .groups()
+        let subs: Vec<Value> = s
+            .face
+            .names
+            .visible(&eng, &s.principal, Some(&g.group_id))
             .into_iter()
-            .filter(|c| {
-                is_room(c)
-                    && visible(&s.face, &eng, c, &s.principal)
-                    && attrs(&s.face, &eng, c).parent_id.as_deref() == Some(g.group_id.as_str())
-            })
             .map(|c| room_value(&s.face, &eng, c))
             .collect();
         (
