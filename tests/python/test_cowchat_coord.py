@@ -306,3 +306,39 @@ def test_coordination_events_imported_over_ipc_show_at_once_and_ballots_stay_sea
     r = wait_closed(b, v["vote_id"])
     assert r["reason"] == "all_voted"
     assert {x["agent_id"]: x["option_index"] for x in r["ballots"]} == {aid: 1, bid: 0}
+
+
+def test_a_voter_who_leaves_no_longer_holds_a_vote_open_and_is_named_in_the_result(quick):
+    """A vote without a deadline closes once every eligible voter voted. An eligible voter that
+    leaves the room without voting (or whose reconnect window runs out) can no longer vote: it
+    stops being eligible, and the vote closes if everyone still eligible has voted. A voter
+    that voted and then left keeps its ballot, shown by its name like every other."""
+    cow = quick
+    a, b = CC(cow.cowchat_unix), CC(cow.cowchat_unix)
+    c, e = CC(cow.cowchat_unix), CC(cow.cowchat_unix)
+    aid = a.register("Alice A", agent_id="alice")
+    bid = b.register("Bob B", agent_id="bob")
+    cid = c.register("Carol C", agent_id="carol")
+    eid = e.register("Eve E", agent_id="eve")
+    room = make_room(a, "council")
+    for x in (b, c, e):
+        x.ok("join_room", {"room_id": room})
+    v = a.ok("create_vote", {"room_id": room, "title": "Pick", "options": ["A", "B"]})
+    assert v["eligible_voters"] == 4
+    a.ok("cast_vote", {"vote_id": v["vote_id"], "option_index": 0})
+    b.ok("cast_vote", {"vote_id": v["vote_id"], "option_index": 1})
+    b.ok("leave_room", {"room_id": room})  # voted, then left: the ballot stays
+    c.ok("leave_room", {"room_id": room})  # left without voting: eve still holds it open
+    st = a.ok("get_vote_status", {"vote_id": v["vote_id"]})
+    assert st["status"] == "open" and st["eligible_voters"] == 3 and st["votes_cast"] == 2
+    assert error_code(c.req("cast_vote", {"vote_id": v["vote_id"], "option_index": 0})) == "not_in_room"
+    e.close()  # eve's reconnect window runs out: she leaves the room, the vote settles
+    result = a.push("vote_result", timeout=15)["payload"]
+    assert result["vote_id"] == v["vote_id"] and result["reason"] == "all_voted"
+    assert result["ballots"] == [{"agent_id": aid, "agent_name": "Alice A", "option_index": 0},
+                                 {"agent_id": bid, "agent_name": "Bob B", "option_index": 1}]
+    assert result["total_votes"] == 2 and result["eligible_voters"] == 2
+    assert [t["count"] for t in result["tally"]] == [1, 1]
+    st = a.ok("get_vote_status", {"vote_id": v["vote_id"]})
+    assert st["status"] == "closed" and st["ballots"] == result["ballots"]
+    assert cid and eid

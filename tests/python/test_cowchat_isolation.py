@@ -150,12 +150,14 @@ def test_a_rotated_or_removed_key_ends_the_connections_that_registered_with_it(h
 
 def test_an_id_that_is_a_member_of_another_keys_private_room_gives_no_access_to_it(cow_ipc):
     """Membership is by actor id. An actor an operator added over the CCCS IPC (a bridge to
-    another runtime) has no key: another key registering that id must still be refused
-    everything in the private room (read, post, typing, coordination, webhooks)."""
+    another runtime) has no key: only the daemon key may register that id (another key is
+    refused: test_an_ipc_actors_id_cannot_be_claimed_by_another_key), and even then it must
+    be refused everything in another key's private room it is a member of (read, post,
+    typing, coordination, webhooks)."""
     d, _ = cow_ipc
     other = auth(d.home, "add-key", "team-b")
     a = CC(d.cowchat_unix)
-    assert reg(a, "alice")["type"] == "ok"
+    assert reg(a, "alice", other)["type"] == "ok"
     room = a.ok("create_room", {"name": "secret-plans"})["room_id"]
     a.ok("join_room", {"room_id": room})
     a.ok("send_message", {"room_id": room, "content": "the launch code is 1234"})
@@ -165,9 +167,10 @@ def test_an_id_that_is_a_member_of_another_keys_private_room_gives_no_access_to_
     vote = a.ok("create_vote", {"room_id": room, "title": "go?", "options": ["y", "n"]})["vote_id"]
     b = CC(d.cowchat_unix)
     # Not restored as one of its rooms either (that would also start its pushes).
-    assert reg(b, "bridge", other)["payload"]["rooms"] == []
-    assert error_code(b.req("cast_vote", {"vote_id": vote, "option_index": 1})) == "access_denied"
-    assert error_code(b.req("get_vote_status", {"vote_id": vote})) == "access_denied"
+    assert reg(b, "bridge")["payload"]["rooms"] == []
+    # A vote of a room this key cannot see is one it does not know of.
+    assert error_code(b.req("cast_vote", {"vote_id": vote, "option_index": 1})) == "vote_not_found"
+    assert error_code(b.req("get_vote_status", {"vote_id": vote})) == "vote_not_found"
     for ftype, p in [("get_history", {"room_id": room}),
                      ("send_message", {"room_id": room, "content": "hi"}),
                      ("thinking", {"room_id": room, "content": "hm"}),
@@ -207,3 +210,109 @@ def test_only_the_creating_key_and_id_may_rename_or_destroy_and_never_the_lobby(
     assert b.push("room_updated")["payload"]["name"] == "renamed"
     a.ok("destroy_room", {"room_id": room})
     assert b.push("room_destroyed")["payload"]["room_id"] == room
+
+
+def test_an_ipc_actors_id_cannot_be_claimed_by_another_key(cow_ipc):
+    """An actor added over the CCCS IPC records no API key. Another key must not register its
+    id and post as it: not in a public room it is a member of (the lobby here), nor anywhere
+    (its id names it in its CCCC group). The daemon key may: it can act as any actor over
+    the IPC already. Ids bound to a key stay that key's."""
+    d, gid = cow_ipc
+    other = auth(d.home, "add-key", "team-b")
+    a = CC(d.cowchat_unix)
+    assert reg(a, "alice")["type"] == "ok"
+    lobby = a.ok("room_info", {"name": "lobby"})["room"]["room_id"]
+    for group, actor in ((gid, "peer1"), (lobby, "bridge")):
+        r = d.raw({"v": 1, "op": "actor_add", "args": {"group_id": group, "actor_id": actor,
+                                                       "runtime": "none", "by": "user"}})
+        assert r["ok"] is True, r
+    for actor in ("peer1", "bridge"):
+        b = CC(d.cowchat_unix)
+        assert error_code(reg(b, actor, other)) == "agent_id_taken", actor
+        b.close()
+    a.ok("join_room", {"room_id": lobby})
+    assert a.ok("get_history", {"room_id": lobby})["messages"] == []
+    # A team-b agent that joined a room keeps its id bound to team-b: the daemon key cannot
+    # take it either.
+    b = CC(d.cowchat_unix)
+    assert reg(b, "bob", other)["type"] == "ok"
+    b.ok("join_room", {"room_id": lobby})
+    b.close()
+    assert error_code(reg(CC(d.cowchat_unix), "bob")) == "agent_id_taken"
+    # The daemon key (here keyless local) may be the IPC actor, as over the IPC itself.
+    p = CC(d.cowchat_unix)
+    assert reg(p, "bridge")["type"] == "ok"
+    p.ok("send_message", {"room_id": lobby, "content": "from the bridge"})
+    assert [m["agent_id"] for m in a.ok("get_history", {"room_id": lobby})["messages"]] == ["bridge"]
+
+
+def same_answer(c: CC, ftype: str, real: dict, fake: dict, real_id: str, fake_id: str) -> str:
+    """The error `c` gets for `real` (naming `real_id`) and for `fake` (naming `fake_id`,
+    which does not exist) are the same, but for the id: returns its code."""
+    r, f = c.req(ftype, real), c.req(ftype, fake)
+    assert r["type"] == f["type"] == "error", (r, f)
+    norm = lambda fr, i: json.dumps(fr["payload"], sort_keys=True).replace(i, "ID")
+    assert norm(r, real_id) == norm(f, fake_id), (r, f)
+    return r["payload"]["code"]
+
+
+def test_votes_and_tasks_of_a_room_the_key_cannot_see_answer_as_unknown_ones(cow_ipc):
+    """An id of a vote or task in another key's private room must not tell the caller that
+    it exists (access_denied against vote_not_found was an existence oracle)."""
+    d, _ = cow_ipc
+    other = auth(d.home, "add-key", "team-b")
+    a = CC(d.cowchat_unix)
+    assert reg(a, "alice")["type"] == "ok"
+    room = a.ok("create_room", {"name": "secret-plans"})["room_id"]
+    a.ok("join_room", {"room_id": room})
+    vote = a.ok("create_vote", {"room_id": room, "title": "go?", "options": ["y", "n"]})["vote_id"]
+    task = a.ok("assign_task", {"room_id": room, "title": "launch"})["task_id"]
+    b = CC(d.cowchat_unix)
+    assert reg(b, "bob", other)["type"] == "ok"
+    fake_vote, fake_task = vote[:-4] + "0000", task[:-4] + "0000"
+    assert same_answer(b, "cast_vote", {"vote_id": vote, "option_index": 0},
+                       {"vote_id": fake_vote, "option_index": 0}, vote, fake_vote) == "vote_not_found"
+    assert same_answer(b, "get_vote_status", {"vote_id": vote}, {"vote_id": fake_vote},
+                       vote, fake_vote) == "vote_not_found"
+    assert same_answer(b, "update_task", {"task_id": task, "status": "completed"},
+                       {"task_id": fake_task, "status": "completed"}, task, fake_task) == "task_not_found"
+    # Nothing changed, and the owner still sees its vote and task.
+    assert a.ok("get_vote_status", {"vote_id": vote})["votes_cast"] == 0
+    assert [t["status"] for t in a.ok("list_tasks", {"room_id": room})["tasks"]] == ["pending"]
+
+
+def test_a_name_held_by_a_room_the_key_cannot_see_is_free_for_it(cow_ipc):
+    """`create_room` (and `rename_room`) with the name of another key's private room must
+    answer as for a free name, or the name is an existence oracle. So names are unique among
+    the rooms a key can see: the creator gets its room, each key resolves the name to the
+    room it sees (its own first), and a visible room's name stays taken."""
+    d, _ = cow_ipc
+    other = auth(d.home, "add-key", "team-b")
+    a = CC(d.cowchat_unix)
+    assert reg(a, "alice")["type"] == "ok"
+    mine = a.ok("create_room", {"name": "secret-plans"})["room_id"]
+    public = a.ok("create_room", {"name": "open-coord", "public": True})["room_id"]
+    b = CC(d.cowchat_unix)
+    assert reg(b, "bob", other)["type"] == "ok"
+    theirs = b.ok("create_room", {"name": "secret-plans"})
+    assert theirs["room_id"] != mine and theirs["name"] == "secret-plans"
+    assert b.ok("room_info", {"name": "secret-plans"})["room"]["room_id"] == theirs["room_id"]
+    assert a.ok("room_info", {"name": "secret-plans"})["room"]["room_id"] == mine
+    b.ok("join_room", {"name": "secret-plans"})
+    assert b.ok("room_info", {"room_id": "secret-plans"})["agents"][0]["agent_id"] == "bob"
+    # A public room is seen by every key: its name is taken for all of them.
+    assert error_code(b.req("create_room", {"name": "open-coord"})) == "room_name_taken"
+    other_room = b.ok("create_room", {"name": "b-room"})["room_id"]
+    assert error_code(b.req("rename_room", {"room_id": other_room, "name": "open-coord"})) == "room_name_taken"
+    # A public room may take the name of a private room its creator cannot see: that room's
+    # key resolves the name to its own room, and lists both.
+    a.ok("create_room", {"name": "b-plans"})
+    b.ok("rename_room", {"room_id": other_room, "name": "b-plans"})
+    a_only = a.ok("create_room", {"name": "a-only"})["room_id"]
+    pub_b = b.ok("create_room", {"name": "a-only", "public": True})["room_id"]
+    assert a.ok("room_info", {"name": "a-only"})["room"]["room_id"] == a_only
+    assert b.ok("room_info", {"name": "a-only"})["room"]["room_id"] == pub_b
+    assert sorted(r["room_id"] for r in a.ok("list_rooms")["rooms"] if r["name"] == "a-only") == sorted([a_only, pub_b])
+    # Once public, its name is taken for every key.
+    assert error_code(a.req("create_room", {"name": "a-only"})) == "room_name_taken"
+    assert a.ok("room_info", {"name": "open-coord"})["room"]["room_id"] == public

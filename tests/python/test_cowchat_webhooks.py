@@ -9,12 +9,13 @@ import json
 import os
 import socket
 import ssl
+import subprocess
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from conftest import Daemon
+from conftest import Daemon, convene_bin
 from test_cowchat import CC, error_code
 import trustme
 from standardwebhooks import Webhook
@@ -524,4 +525,86 @@ def test_concurrency_caps_bound_in_flight_posts_and_keep_each_order(home, rx, ca
         assert all(h["status"] == 204 for h in rx.hits)
     finally:
         rx.gate.set()
+        d.stop()
+
+
+def auth(home, *args: str) -> str:
+    out = subprocess.run([convene_bin(), "--home", str(home), "auth", *args],
+                         check=True, capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+def wait_sub_status(c: Cow, sid: str, status: str, timeout: float = 30.0) -> dict:
+    deadline = time.time() + timeout
+    while True:
+        [s] = [x for x in c.ok("list_subscriptions")["subscriptions"] if x["subscription_id"] == sid]
+        if s["status"] == status:
+            return s
+        assert time.time() < deadline, s
+        time.sleep(0.05)
+
+
+def test_a_removed_or_rotated_keys_subscriptions_stop_delivering(home, rx):
+    """A subscription made with an API key is bound to that key: removing or rotating the key
+    (what an operator does with a leaked one) must stop its deliveries, or whoever held the
+    key keeps receiving the room. They become `revoked` (kept, never deleted), stay so across
+    a restart, and the owner with its current key can see and re-enable them. A keyless local
+    client's subscription is not bound to a key and goes on."""
+    d = start(home, flags())
+    try:
+        team = auth(home, "add-key", "team2")
+        local = Cow(home)
+        local.register("alice")
+        room = local.ok("create_room", {"name": "hooks", "public": True})["room_id"]
+        local.join(room)
+        control = subscribe(local, room, rx.url("/keyless"))
+        keyed = Cow(home)
+        keyed.register("pat", key=auth(home, "show-key"))
+        keyed.join(room)
+        by_primary_key = subscribe(keyed, room, rx.url("/primary-key"))
+        t = Cow(home)
+        t.register("carol", key=team)
+        t.join(room)
+        by_team = subscribe(t, room, rx.url("/team2"))
+        m1 = local.post(room, "m1")
+        for p in ("/keyless", "/primary-key", "/team2"):
+            assert [g["message"]["message_id"] for g in rx.wait_delivered(1, p)] == [m1["message_id"]]
+
+        auth(home, "rotate-key")
+        auth(home, "remove-key", "team2")
+        new_team = auth(home, "add-key", "team2")  # same principal, a new key
+        p2 = Cow(home)
+        p2.register("pat-2", key=auth(home, "show-key"))
+        t2 = Cow(home)
+        t2.register("carol-2", key=new_team)
+        wait_sub_status(p2, by_primary_key["subscription_id"], "revoked")
+        wait_sub_status(t2, by_team["subscription_id"], "revoked")
+        assert wait_sub_status(local, control["subscription_id"], "active")
+
+        m2 = local.post(room, "m2")
+        assert rx.wait_delivered(2, "/keyless")[-1]["message"]["message_id"] == m2["message_id"]
+        local.close()
+        p2.close()
+        t2.close()
+        d.stop()
+        d = start(home, flags())
+        local = Cow(home)
+        local.register("alice")
+        m3 = local.post(room, "m3")
+        assert rx.wait_delivered(3, "/keyless")[-1]["message"]["message_id"] == m3["message_id"]
+        # Nothing after m1 reached the revoked subscriptions, before or after the restart.
+        for p in ("/primary-key", "/team2"):
+            assert [g["message"]["message_id"] for g in rx.delivered(p)] == [m1["message_id"]], p
+        # The owner, with its current key, sees the revoked subscription and may re-arm it:
+        # it is then bound to that key and replays what it missed.
+        t3 = Cow(home)
+        t3.register("carol-3", key=new_team)
+        s = wait_sub_status(t3, by_team["subscription_id"], "revoked")
+        assert s["cursor_seq"] == m1["seq"]
+        again = t3.ok("enable_subscription", {"subscription_id": by_team["subscription_id"]})
+        assert again["status"] == "active"
+        got = rx.wait_delivered(3, "/team2")
+        assert [g["message"]["message_id"] for g in got] == [m1["message_id"], m2["message_id"], m3["message_id"]]
+        assert rx.delivered("/primary-key")[-1]["message"]["message_id"] == m1["message_id"]
+    finally:
         d.stop()

@@ -10,7 +10,7 @@ use sha2::{Digest, Sha256};
 use super::conn::{After, Agent, Session};
 use super::live;
 use super::rooms::{self, is_room};
-use super::{keys, limits, Face};
+use super::{keys, limits, Face, PRINCIPAL_KEY, RUNTIME};
 use convene_cowchat::ErrorCode;
 
 /// A server-assigned agent id: the name's safe characters plus 10 hex digits of a hash of
@@ -59,6 +59,37 @@ fn rooms_of(face: &Face, agent: &str) -> Vec<(String, u64)> {
         .collect()
 }
 
+/// Who may register `id`, from the ledger (the live binding is checked in
+/// [`live::Live::attach`]). An actor record is authoritative: a Cowchat member carries the
+/// key it joined with (`cowchat_principal`), and only that key may claim its id. An actor
+/// with no recorded key was added over the CCCS IPC (an operator's agent, a bridge): only
+/// the daemon key (`primary`) may claim it, since it can act as any actor over the IPC
+/// already; any other key could otherwise post as it wherever it is a member. A Cowchat
+/// member from before keys were recorded (`runtime: cowchat`, no key) stays unbound.
+fn check_claim(face: &Face, id: &str, principal: &str) -> Result<(), WireError> {
+    let eng = face.d.ledger.engine();
+    for g in eng.groups() {
+        let Some(a) = g.actor(id) else { continue };
+        let owner = a.extra.get(PRINCIPAL_KEY).and_then(Value::as_str);
+        let ok = match owner {
+            Some(p) => p == principal,
+            None => a.runtime == RUNTIME || principal == keys::PRIMARY,
+        };
+        if !ok {
+            let why = if owner.is_some() {
+                "belongs to another API key"
+            } else {
+                "is an actor added over the CCCS IPC; only the daemon key may register it"
+            };
+            return Err(WireError::new(
+                ErrorCode::AgentIdTaken,
+                format!("agent id {id} {why}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// `register`: checks the version and the key, binds the agent id to the key, restores
 /// the agent's rooms and, back within the reconnect window, replays what it missed.
 pub(super) async fn register(
@@ -82,6 +113,7 @@ pub(super) async fn register(
         .filter(|n| !n.is_empty())
         .unwrap_or_else(|| "agent".into());
     let id = r.agent_id.unwrap_or_else(|| new_agent_id(&name));
+    check_claim(&s.face, &id, &principal)?;
     let reconnect = r.reconnect == Some(true);
     let (conn, cursors) = {
         let mut live = s.face.live.lock();

@@ -124,6 +124,19 @@ impl Outbox {
         self.close.send_replace(true);
     }
 
+    /// An outbox connected to nothing (its frames are dropped): for unit tests.
+    #[cfg(test)]
+    pub(super) fn detached() -> Arc<Self> {
+        let (tx, _rx) = mpsc::channel(1);
+        let (close, _) = watch::channel(false);
+        Arc::new(Self {
+            tx,
+            n: AtomicU64::new(0),
+            cursors: parking_lot::Mutex::new(HashMap::new()),
+            close: Arc::new(close),
+        })
+    }
+
     /// Queues an error frame.
     pub(super) async fn error(&self, reply_to: Option<&Value>, e: &WireError) -> bool {
         let id = self.next_id();

@@ -64,6 +64,36 @@ pub fn principal(home: &Path, key: Option<&str>, trust: Trust) -> Result<String,
     Err(WireError::new(ErrorCode::Unauthorized, "invalid API key"))
 }
 
+/// SHA-256 (hex) of a key: what a webhook subscription records of the key it was made with.
+pub fn fingerprint(key: &str) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(Sha256::digest(key.as_bytes()))
+}
+
+/// True when `key` (None: a keyless local client) still authenticates as `principal`.
+pub fn still_valid(home: &Path, principal: &str, key: Option<&str>) -> bool {
+    match key {
+        None => true,
+        Some(k) => principal_of_key(home, k).as_deref() == Some(principal),
+    }
+}
+
+fn principal_of_key(home: &Path, key: &str) -> Option<String> {
+    table(home)
+        .into_iter()
+        .find(|(k, _)| same(k, key))
+        .map(|(_, p)| p)
+}
+
+/// Every key's (fingerprint, principal) as the key files are now.
+pub fn fingerprints(home: &Path) -> Vec<(String, String)> {
+    fingerprints_of(&table(home))
+}
+
+fn fingerprints_of(t: &[(String, String)]) -> Vec<(String, String)> {
+    t.iter().map(|(k, p)| (fingerprint(k), p.clone())).collect()
+}
+
 /// How often the key files are read to find connections whose key was rotated or removed.
 const REVOKE_TICK: std::time::Duration = std::time::Duration::from_millis(500);
 
@@ -93,12 +123,16 @@ fn table(home: &Path) -> Vec<(String, String)> {
 /// made with it too, not only new registers (the spec: "all agents must reconnect").
 /// Connections are checked when the key files change and once after they register (a
 /// register that read the old file just before a rotation is caught on the next tick).
+/// When the key files change, webhook subscriptions made with a key that no longer
+/// authenticates are revoked too (a subscription made as the files change re-checks its key
+/// after it is stored: `webhooks::subscribe`).
 pub(super) fn spawn_revoker(face: std::sync::Arc<super::Face>) {
     tokio::spawn(async move {
         let mut stop = face.d.shutdown_rx();
         let mut tick = tokio::time::interval(REVOKE_TICK);
         let mut last: Option<Vec<(String, String)>> = None;
         let mut checked_up_to = 0u64;
+        let mut hooks_checked = false;
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
@@ -109,6 +143,15 @@ pub(super) fn spawn_revoker(face: std::sync::Arc<super::Face>) {
                 continue;
             };
             let all = last.as_ref() != Some(&now);
+            if all || !hooks_checked {
+                if let Some(h) = face.hooks.get() {
+                    hooks_checked = true;
+                    if let Err(e) = h.revoke_stale(fingerprints_of(&now)).await {
+                        tracing::warn!(error = %e, "cannot revoke webhook subscriptions of rotated keys");
+                        hooks_checked = false; // try again next tick
+                    }
+                }
+            }
             let stale: Vec<std::sync::Arc<super::conn::Outbox>> = {
                 let live = face.live.lock();
                 let newest = live.conns.keys().max().copied().unwrap_or(checked_up_to);

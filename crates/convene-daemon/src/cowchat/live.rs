@@ -48,7 +48,9 @@ pub(super) struct Away {
 pub(super) struct Live {
     pub conns: HashMap<u64, ConnInfo>,
     pub agents: HashMap<String, AgentLive>,
-    /// agent id → principal that first registered it (an id is bound to its key).
+    /// agent id → principal that first registered it (an id is bound to its key), for the
+    /// agents connected or away; pruned when the reconnect window runs out (the binding
+    /// recorded on actors is read at every `register`).
     pub bound: HashMap<String, String>,
     pub away: HashMap<String, Away>,
     /// room id → current turn holder.
@@ -157,6 +159,31 @@ impl Live {
             },
         );
         true
+    }
+
+    /// Takes the agents away longer than `window` off the away list (the reaper then drops
+    /// their memberships and calls [`Live::unbind_if_gone`]).
+    pub fn take_expired(&mut self, window: Duration) -> Vec<String> {
+        let gone: Vec<String> = self
+            .away
+            .iter()
+            .filter(|(_, a)| a.since.elapsed() > window)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for g in &gone {
+            self.away.remove(g);
+        }
+        gone
+    }
+
+    /// Forgets the live binding of an agent with no connection and no reconnect window left
+    /// (its memberships were just dropped), so `bound` holds only agents connected or away.
+    /// The binding recorded on its actors, if any remain, stays authoritative at `register`
+    /// (`agents::check_claim`).
+    pub fn unbind_if_gone(&mut self, agent: &str) {
+        if !self.agents.contains_key(agent) && !self.away.contains_key(agent) {
+            self.bound.remove(agent);
+        }
     }
 
     /// The replay cursors of an agent back within the reconnect window.
@@ -442,22 +469,67 @@ pub(super) fn spawn_reaper(face: Arc<Face>) {
                 face.save_replay_points();
                 saved = Some(points);
             }
-            let expired: Vec<String> = {
-                let mut live = face.live.lock();
-                let gone: Vec<String> = live
-                    .away
-                    .iter()
-                    .filter(|(_, a)| a.since.elapsed() > window)
-                    .map(|(k, _)| k.clone())
-                    .collect();
-                for g in &gone {
-                    live.away.remove(g);
-                }
-                gone
-            };
+            let expired = face.live.lock().take_expired(window);
             for agent in expired {
                 agents::drop_memberships(&face, &agent).await;
+                face.live.lock().unbind_if_gone(&agent);
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attach(live: &mut Live, agent: &str, principal: &str) -> Result<u64, WireError> {
+        live.attach(
+            agent,
+            agent,
+            principal,
+            Vec::new(),
+            super::super::conn::Outbox::detached(),
+            &Limits::default(),
+        )
+    }
+
+    #[test]
+    fn bindings_are_pruned_once_an_agent_is_neither_connected_nor_away() {
+        let mut live = Live::default();
+        let a = attach(&mut live, "a", "k1").unwrap();
+        let b = attach(&mut live, "b", "k1").unwrap();
+        let b2 = attach(&mut live, "b", "k1").unwrap();
+        // Bound while connected and while away.
+        assert!(live.detach(a, HashMap::new()));
+        assert!(!live.detach(b, HashMap::new()));
+        live.unbind_if_gone("a");
+        live.unbind_if_gone("b");
+        assert_eq!(live.bound.len(), 2);
+        assert_eq!(
+            attach(&mut live, "a", "k2").unwrap_err().code,
+            ErrorCode::AgentIdTaken
+        );
+        // The window ran out for `a`: its binding goes; `b` is still connected.
+        assert_eq!(live.take_expired(Duration::ZERO), vec!["a".to_string()]);
+        live.unbind_if_gone("a");
+        live.unbind_if_gone("b");
+        assert_eq!(live.bound.keys().collect::<Vec<_>>(), vec!["b"]);
+        // Another key may take the id now (the ledger's recorded binding is checked before
+        // this, at register); many ids coming and going leave nothing behind.
+        let a2 = attach(&mut live, "a", "k2").unwrap();
+        assert!(live.detach(a2, HashMap::new()));
+        for i in 0..1000 {
+            let id = format!("tmp-{i}");
+            let c = attach(&mut live, &id, "k3").unwrap();
+            live.detach(c, HashMap::new());
+        }
+        for id in live.take_expired(Duration::ZERO) {
+            live.unbind_if_gone(&id);
+        }
+        assert!(live.detach(b2, HashMap::new()));
+        for id in live.take_expired(Duration::ZERO) {
+            live.unbind_if_gone(&id);
+        }
+        assert!(live.bound.is_empty() && live.away.is_empty() && live.agents.is_empty());
+    }
 }

@@ -1,6 +1,7 @@
-//! The room directory: room name → room, and how many rooms each API key owns, without
-//! scanning every group on each lookup (`create_room`'s checks, `rename_room`, resolving a
-//! room by name, the lobby at start).
+//! The room directory: room name → room, how many rooms each API key owns, the rooms each
+//! key can see and each room's sub-rooms, without scanning every group on each lookup
+//! (`create_room`'s checks, `rename_room`, resolving a room by name, the lobby at start,
+//! `list_rooms`, `room_info`'s `sub_rooms`).
 //!
 //! It is derived from the engine's groups and brought up to date on use: when the engine's
 //! [`revision`](convene_core::Engine::revision) moved (a group changed, from any face: a
@@ -10,7 +11,7 @@
 //! directory is derived from every group again. It is read under the same
 //! engine read guard as the groups it points at, so it is never stale.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use convene_core::{Engine, Group};
 use parking_lot::Mutex;
@@ -31,15 +32,35 @@ struct Index {
     revision: u64,
     /// room id → its name and owning key.
     rooms: HashMap<String, Entry>,
-    /// name → room ids (more than one only when another face gave two groups one name).
+    /// name → room ids (more than one when rooms no one key can see all of share a name, or
+    /// another face gave two groups one name).
     by_name: HashMap<String, Vec<String>>,
     /// owning key → how many rooms it owns.
     owned: HashMap<String, usize>,
+    /// Rooms every key can see (public, system, or without an owner).
+    open: HashSet<String>,
+    /// owning key → its private rooms.
+    private: HashMap<String, HashSet<String>>,
+    /// parent room id → its sub-rooms.
+    children: HashMap<String, HashSet<String>>,
 }
 
 struct Entry {
     name: String,
     owner: Option<String>,
+    /// Visible to one key only (`owner`).
+    private: bool,
+    parent: Option<String>,
+}
+
+/// Groups in creation order (as [`Engine::groups`] lists them).
+fn in_creation_order(mut v: Vec<&Group>) -> Vec<&Group> {
+    v.sort_by(|a, b| {
+        a.created_at
+            .cmp(&b.created_at)
+            .then(a.group_id.cmp(&b.group_id))
+    });
+    v
 }
 
 /// The room name of a group, if it is a room.
@@ -62,6 +83,52 @@ impl Directory {
                     .cmp(&b.created_at)
                     .then(a.group_id.cmp(&b.group_id))
             })
+    }
+
+    /// Every room named `name` in `eng`, in creation order (names are unique among the rooms
+    /// one key can see, not overall: another key's private room may share a name).
+    pub fn named<'a>(&self, eng: &'a Engine, name: &str) -> Vec<&'a Group> {
+        let mut ix = self.inner.lock();
+        ix.sync(eng);
+        in_creation_order(
+            ix.by_name
+                .get(name)
+                .into_iter()
+                .flatten()
+                .filter_map(|id| eng.group(id))
+                .collect(),
+        )
+    }
+
+    /// The rooms `principal` can see, in creation order: the open ones and its own private
+    /// ones (other keys' private rooms are not looked at). With `parent`, only its sub-rooms.
+    pub fn visible<'a>(
+        &self,
+        eng: &'a Engine,
+        principal: &str,
+        parent: Option<&str>,
+    ) -> Vec<&'a Group> {
+        let mut ix = self.inner.lock();
+        ix.sync(eng);
+        let ix = &*ix;
+        let seen = |id: &&String| {
+            ix.open.contains(*id) || ix.private.get(principal).is_some_and(|p| p.contains(*id))
+        };
+        let ids: Vec<&String> = match parent {
+            Some(p) => ix
+                .children
+                .get(p)
+                .into_iter()
+                .flatten()
+                .filter(seen)
+                .collect(),
+            None => ix
+                .open
+                .iter()
+                .chain(ix.private.get(principal).into_iter().flatten())
+                .collect(),
+        };
+        in_creation_order(ids.into_iter().filter_map(|id| eng.group(id)).collect())
     }
 
     /// How many rooms of `eng` the API key `principal` owns.
@@ -99,9 +166,28 @@ impl Index {
 
     fn add(&mut self, g: &Group) {
         let Some(name) = room_name(g) else { return };
-        let owner = Attrs::decode(g).owner;
+        let attrs = Attrs::decode(g);
+        let owner = attrs.owner.clone();
         if let Some(o) = &owner {
             *self.owned.entry(o.clone()).or_default() += 1;
+        }
+        let id = g.group_id.clone();
+        // The same rule as `Attrs::visible_to`.
+        let private = match &owner {
+            Some(o) if !attrs.public && !attrs.system => {
+                self.private
+                    .entry(o.clone())
+                    .or_default()
+                    .insert(id.clone());
+                true
+            }
+            _ => {
+                self.open.insert(id.clone());
+                false
+            }
+        };
+        if let Some(p) = &attrs.parent_id {
+            self.children.entry(p.clone()).or_default().insert(id);
         }
         self.by_name
             .entry(name.to_string())
@@ -112,6 +198,8 @@ impl Index {
             Entry {
                 name: name.to_string(),
                 owner,
+                private,
+                parent: attrs.parent_id,
             },
         );
     }
@@ -126,7 +214,24 @@ impl Index {
                 self.by_name.remove(&e.name);
             }
         }
+        if let Some(p) = &e.parent {
+            if let Some(c) = self.children.get_mut(p) {
+                c.remove(id);
+                if c.is_empty() {
+                    self.children.remove(p);
+                }
+            }
+        }
+        self.open.remove(id);
         if let Some(o) = e.owner {
+            if e.private {
+                if let Some(p) = self.private.get_mut(&o) {
+                    p.remove(id);
+                    if p.is_empty() {
+                        self.private.remove(&o);
+                    }
+                }
+            }
             if let Some(n) = self.owned.get_mut(&o) {
                 *n = n.saturating_sub(1);
                 if *n == 0 {
@@ -266,6 +371,128 @@ mod tests {
         create(&mut eng, "a", "k2");
         check(&eng);
         assert_eq!((dir.owned_by(&eng, "k1"), dir.owned_by(&eng, "k2")), (1, 1));
+    }
+
+    fn create_with(eng: &mut Engine, name: &str, attrs: serde_json::Value) -> String {
+        let mut settings = Map::new();
+        settings.insert(ROOM_KEY.into(), json!(name));
+        settings.insert(super::super::ATTRS_KEY.into(), attrs);
+        run(
+            eng,
+            Command::GroupCreate {
+                by: "svc:cowchat".into(),
+                title: name.into(),
+                topic: String::new(),
+                settings,
+            },
+        )
+        .expect("create")
+    }
+
+    fn set_attrs(eng: &mut Engine, id: &str, attrs: serde_json::Value) {
+        let mut patch = Map::new();
+        patch.insert(super::super::ATTRS_KEY.into(), attrs);
+        run(
+            eng,
+            Command::GroupSettingsUpdate {
+                group_id: id.into(),
+                by: "user".into(),
+                patch,
+            },
+        )
+        .expect("settings");
+    }
+
+    /// What `list_rooms` and `room_info` used to do: scan every group.
+    fn scan_visible<'a>(eng: &'a Engine, principal: &str, parent: Option<&str>) -> Vec<&'a str> {
+        eng.groups()
+            .into_iter()
+            .filter(|g| room_name(g).is_some())
+            .filter(|g| {
+                let a = Attrs::decode(g);
+                a.visible_to(principal) && (parent.is_none() || a.parent_id.as_deref() == parent)
+            })
+            .map(|g| g.group_id.as_str())
+            .collect()
+    }
+
+    #[test]
+    fn visible_rooms_and_sub_rooms_answer_as_a_scan_would_through_every_kind_of_change() {
+        let mut eng = Engine::new(Vec::new(), Limits::default());
+        let dir = Directory::default();
+        let lobby = create_with(&mut eng, "lobby", json!({"system": true, "public": true}));
+        let p1 = create_with(&mut eng, "p1", json!({"owner": "k1", "public": false}));
+        let pub2 = create_with(&mut eng, "pub2", json!({"owner": "k2", "public": true}));
+        let sub = create_with(
+            &mut eng,
+            "sub",
+            json!({"owner": "k2", "public": false, "parent_id": pub2}),
+        );
+        create_with(
+            &mut eng,
+            "sub-open",
+            json!({"owner": "k1", "public": true, "parent_id": pub2}),
+        );
+        // A group that is not a room, and a room made before attributes existed (public).
+        run(
+            &mut eng,
+            Command::GroupCreate {
+                by: "user".into(),
+                title: "ipc".into(),
+                topic: String::new(),
+                settings: Map::new(),
+            },
+        )
+        .expect("group");
+        let mut settings = Map::new();
+        settings.insert(ROOM_KEY.into(), json!("old"));
+        run(
+            &mut eng,
+            Command::GroupCreate {
+                by: "user".into(),
+                title: "old".into(),
+                topic: String::new(),
+                settings,
+            },
+        )
+        .expect("old room");
+        let check = |eng: &Engine| {
+            for k in ["k1", "k2", "k3"] {
+                for parent in [None, Some(pub2.as_str()), Some(p1.as_str()), Some("nope")] {
+                    let got: Vec<&str> = dir
+                        .visible(eng, k, parent)
+                        .into_iter()
+                        .map(|g| g.group_id.as_str())
+                        .collect();
+                    assert_eq!(got, scan_visible(eng, k, parent), "{k} {parent:?}");
+                }
+            }
+        };
+        check(&eng);
+        assert_eq!(dir.visible(&eng, "k3", None).len(), 4); // lobby, pub2, sub-open, old
+                                                            // An operator makes a private room public, then private to another key; a room is
+                                                            // moved under another parent; rooms are deleted.
+        set_attrs(&mut eng, &p1, json!({"owner": "k1", "public": true}));
+        check(&eng);
+        set_attrs(&mut eng, &p1, json!({"owner": "k2", "public": false}));
+        check(&eng);
+        set_attrs(
+            &mut eng,
+            &sub,
+            json!({"owner": "k2", "public": false, "parent_id": p1}),
+        );
+        check(&eng);
+        for id in [&sub, &lobby] {
+            run(
+                &mut eng,
+                Command::GroupDelete {
+                    group_id: id.to_string(),
+                    by: "user".into(),
+                },
+            )
+            .expect("delete");
+            check(&eng);
+        }
     }
 
     /// Lookup cost with many rooms (not a test: `cargo test -p convene-daemon -- --ignored

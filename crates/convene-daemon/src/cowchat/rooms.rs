@@ -98,8 +98,8 @@ pub(super) fn resolve_visible<'a>(
     principal: &str,
 ) -> Result<&'a Group, WireError> {
     let g = match (&r.room_id, &r.name) {
-        (Some(id), _) => room(eng, id).or_else(|e| by_name(face, eng, id).ok_or(e))?,
-        (None, Some(name)) => by_name(face, eng, name.trim()).ok_or_else(|| {
+        (Some(id), _) => room(eng, id).or_else(|e| by_name(face, eng, id, principal).ok_or(e))?,
+        (None, Some(name)) => by_name(face, eng, name.trim(), principal).ok_or_else(|| {
             WireError::new(ErrorCode::RoomNotFound, format!("no room named {name}"))
         })?,
         (None, None) => return Err(WireError::payload("room_id or name is required")),
@@ -113,9 +113,17 @@ pub(super) fn resolve_visible<'a>(
     Ok(g)
 }
 
-/// The room named `name` (through the face's room directory, not a scan of every group).
-fn by_name<'a>(face: &Face, eng: &'a Engine, name: &str) -> Option<&'a Group> {
-    face.names.by_name(eng, name)
+/// The room named `name` that `principal` may see (through the face's room directory, not
+/// a scan of every group): names are unique among the rooms one key can see, so another
+/// key's private room of that name is neither found nor an obstacle. Should two visible
+/// rooms share it (a public room named like a private room its creator could not see), the
+/// key's own room wins, then the earliest.
+fn by_name<'a>(face: &Face, eng: &'a Engine, name: &str, principal: &str) -> Option<&'a Group> {
+    face.names
+        .named(eng, name)
+        .into_iter()
+        .filter(|g| visible(face, eng, g, principal))
+        .min_by_key(|g| attrs(face, eng, g).owner.as_deref() != Some(principal))
 }
 
 /// The wire Room object.
@@ -148,7 +156,7 @@ fn visible_outboxes(face: &Face, eng: &Engine, g: &Group) -> Vec<Arc<super::conn
 
 /// Makes sure the system `lobby` exists (at startup).
 pub(super) async fn ensure_lobby(face: &Face) {
-    if by_name(face, &face.d.ledger.engine(), LOBBY).is_some() {
+    if face.names.by_name(&face.d.ledger.engine(), LOBBY).is_some() {
         return;
     }
     let attrs = Attrs {
@@ -196,7 +204,9 @@ pub(super) async fn create_room(
     let _one_at_a_time = face.rooms_lock.lock().await;
     {
         let eng = face.d.ledger.engine();
-        if by_name(&face, &eng, &name).is_some() {
+        // Only a room this key can see takes the name: refusing for another key's private
+        // room would tell the caller that it exists.
+        if by_name(&face, &eng, &name, &s.principal).is_some() {
             return Err(WireError::new(
                 ErrorCode::RoomNameTaken,
                 format!("a room named {name} exists"),
@@ -342,8 +352,17 @@ pub(super) async fn remove_member(
     agent: &str,
     reason: &str,
 ) -> Result<Option<After>, WireError> {
-    // Taken before the removal: afterwards the order no longer says who came after `agent`.
+    // Taken before the removal: afterwards the order no longer says who came after `agent`,
+    // and its name (the actor title) is gone.
     let before = live::join_order(face, gid);
+    let name = {
+        let eng = face.d.ledger.engine();
+        eng.group(gid)
+            .and_then(|g| g.actor(agent))
+            .map(|a| a.title.clone())
+            .filter(|t| !t.is_empty())
+            .unwrap_or_else(|| agent.to_string())
+    };
     face.d
         .ledger
         .execute(Command::ActorRemove {
@@ -354,7 +373,7 @@ pub(super) async fn remove_member(
         .await
         .map_err(wire)?;
     live::turn_after_removal(face, gid, agent, reason, &before);
-    super::coord::member_gone(face, gid, agent, reason).await;
+    super::coord::member_gone(face, gid, agent, &name, reason).await;
     let empty_ephemeral = {
         let eng = face.d.ledger.engine();
         eng.group(gid)
@@ -436,7 +455,7 @@ pub(super) async fn rename_room(
             &s.principal,
         )?;
         check_owner(s, &eng, g)?;
-        if by_name(&face, &eng, &name).is_some_and(|o| o.group_id != g.group_id) {
+        if by_name(&face, &eng, &name, &s.principal).is_some_and(|o| o.group_id != g.group_id) {
             return Err(WireError::new(
                 ErrorCode::RoomNameTaken,
                 format!("a room named {name} exists"),
@@ -487,7 +506,8 @@ pub(super) async fn destroy_room(
 }
 
 /// `list_rooms`: the rooms this key may see (optionally the sub-rooms of `parent_id`), with
-/// `member_count` and `last_activity` (time of the room's newest ledger event).
+/// `member_count` and `last_activity` (time of the room's newest ledger event), from the room
+/// directory (no scan of every group).
 pub(super) async fn list_rooms(
     s: &Session,
     payload: Map<String, Value>,
@@ -495,10 +515,10 @@ pub(super) async fn list_rooms(
     let l: ListRooms = parse(payload)?;
     let mut rooms: Vec<Value> = {
         let eng = s.face.d.ledger.engine();
-        eng.groups()
+        s.face
+            .names
+            .visible(&eng, &s.principal, l.parent_id.as_deref())
             .into_iter()
-            .filter(|g| is_room(g) && visible(&s.face, &eng, g, &s.principal))
-            .filter(|g| l.parent_id.is_none() || attrs(&s.face, &eng, g).parent_id == l.parent_id)
             .map(|g| room_value(&s.face, &eng, g))
             .collect()
     };
@@ -544,14 +564,11 @@ pub(super) async fn room_info(
     let (room, agents, subs, gid) = {
         let eng = s.face.d.ledger.engine();
         let g = resolve_visible(&s.face, &eng, &r, &s.principal)?;
-        let subs: Vec<Value> = eng
-            .groups()
+        let subs: Vec<Value> = s
+            .face
+            .names
+            .visible(&eng, &s.principal, Some(&g.group_id))
             .into_iter()
-            .filter(|c| {
-                is_room(c)
-                    && visible(&s.face, &eng, c, &s.principal)
-                    && attrs(&s.face, &eng, c).parent_id.as_deref() == Some(g.group_id.as_str())
-            })
             .map(|c| room_value(&s.face, &eng, c))
             .collect();
         (

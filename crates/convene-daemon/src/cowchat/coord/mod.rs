@@ -213,14 +213,16 @@ pub(crate) async fn import(face: &Arc<Face>, group_id: String, events: Vec<Value
     Ok(c)
 }
 
-/// A member left a room (or its reconnect window ran out): its leadership ends.
-pub(super) async fn member_gone(face: &Face, room: &str, agent: &str, reason: &str) {
+/// A member (named `name` while it was one) left a room, or its reconnect window ran out:
+/// its leadership ends, and the room's open votes no longer wait for it.
+pub(super) async fn member_gone(face: &Face, room: &str, agent: &str, name: &str, reason: &str) {
     let why = if reason == "left" {
         "leader left"
     } else {
         "leader disconnected"
     };
     clear_leader(face, room, agent, why).await;
+    votes::voter_gone(face, room, agent, name).await;
 }
 
 /// Appends `x.cowchat.leader.cleared` when `agent` still leads `room`.

@@ -16,6 +16,9 @@ use super::super::SERVICE;
 pub(crate) const VOTE_CREATED: &str = "x.cowchat.vote.created";
 /// Kind of a sealed ballot.
 pub(crate) const VOTE_BALLOT: &str = "x.cowchat.vote.ballot";
+/// Kind of an eligible voter leaving the room (server-written): without a ballot it is no
+/// longer eligible; with one, its name is kept for the reveal.
+pub(crate) const VOTE_VOTER_LEFT: &str = "x.cowchat.vote.voter_left";
 /// Kind of a vote's reveal.
 pub(crate) const VOTE_RESULT: &str = "x.cowchat.vote.result";
 /// Kind of an election's start.
@@ -33,9 +36,10 @@ pub(crate) const TASK_UPDATED: &str = "x.cowchat.task.updated";
 
 /// Every kind the projection folds (a test checks the start-up rebuild reads them all).
 #[cfg(test)]
-pub(crate) const KINDS: [&str; 9] = [
+pub(crate) const KINDS: [&str; 10] = [
     VOTE_CREATED,
     VOTE_BALLOT,
+    VOTE_VOTER_LEFT,
     VOTE_RESULT,
     ELECTION_STARTED,
     ELECTION_DECLINED,
@@ -63,6 +67,9 @@ pub(crate) struct Vote {
     /// The revealed result (the `x.cowchat.vote.result` data) once closed.
     pub result: Option<Value>,
     pub closed_at: Option<String>,
+    /// Voters that voted and then left the room → their name then (the reveal names every
+    /// ballot, and a former member's actor title is gone).
+    pub left_names: HashMap<String, String>,
 }
 
 impl Vote {
@@ -232,6 +239,7 @@ impl State {
                         ballots: Vec::new(),
                         result: None,
                         closed_at: None,
+                        left_names: HashMap::new(),
                     },
                 );
                 self.room_votes
@@ -255,6 +263,23 @@ impl State {
                     && !v.has_voted(&agent)
                 {
                     v.ballots.push((agent, sealed));
+                }
+            }
+            VOTE_VOTER_LEFT if by == SERVICE => {
+                let (Some(id), Some(agent)) = (s(d, "vote_id"), s(d, "agent_id")) else {
+                    return;
+                };
+                let Some(v) = self.votes.get_mut(&id) else {
+                    return;
+                };
+                if v.room_id != room || !v.is_open() {
+                    return;
+                }
+                if v.has_voted(&agent) {
+                    let name = s(d, "agent_name").unwrap_or_else(|| agent.clone());
+                    v.left_names.insert(agent, name);
+                } else {
+                    v.eligible.retain(|e| *e != agent);
                 }
             }
             VOTE_RESULT if by == SERVICE => {
@@ -408,6 +433,37 @@ mod tests {
             "t1",
             &json!({"vote_id": "v1", "agent_id": agent, "sealed": "x"}),
         );
+    }
+
+    fn left(st: &mut State, by: &str, agent: &str, name: &str) {
+        st.apply(
+            R,
+            VOTE_VOTER_LEFT,
+            by,
+            "t2",
+            &json!({"vote_id": "v1", "agent_id": agent, "agent_name": name}),
+        );
+    }
+
+    #[test]
+    fn a_voter_that_left_is_no_longer_waited_for_and_keeps_its_ballot_and_name() {
+        let mut st = State::default();
+        created(&mut st, &["alice", "bob", "carol"]);
+        ballot(&mut st, "bob", "bob");
+        // Only the server's record counts.
+        left(&mut st, "alice", "carol", "Carol");
+        assert_eq!(st.votes["v1"].eligible.len(), 3);
+        left(&mut st, SERVICE, "bob", "Bob B");
+        left(&mut st, SERVICE, "carol", "Carol C");
+        let v = &st.votes["v1"];
+        assert_eq!(v.eligible, vec!["alice".to_string(), "bob".to_string()]);
+        assert_eq!(v.left_names.get("bob").map(String::as_str), Some("Bob B"));
+        assert!(!v.left_names.contains_key("carol") && !v.all_voted());
+        // A ballot of the voter that left (folded in ledger order) no longer counts.
+        ballot(&mut st, "carol", "carol");
+        assert_eq!(st.votes["v1"].ballots.len(), 1);
+        ballot(&mut st, "alice", "alice");
+        assert!(st.votes["v1"].all_voted());
     }
 
     #[test]

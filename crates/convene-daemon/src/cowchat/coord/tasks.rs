@@ -10,10 +10,16 @@ use super::super::conn::Session;
 use super::state::{self, Task};
 use super::{append, check_member, seal};
 
+/// The task, if its room still exists and the caller's key may see it: a task of a room the
+/// caller cannot see answers as an unknown one, so its id tells nothing.
 fn task(s: &Session, id: &str) -> Result<Task, WireError> {
     let t = s.face.coord.state.lock().tasks.get(id).cloned();
-    t.filter(|t| s.face.d.ledger.engine().group(&t.room_id).is_some())
-        .ok_or_else(|| WireError::new(ErrorCode::TaskNotFound, format!("no task {id}")))
+    t.filter(|t| {
+        let eng = s.face.d.ledger.engine();
+        eng.group(&t.room_id)
+            .is_some_and(|g| super::super::rooms::visible(&s.face, &eng, g, &s.principal))
+    })
+    .ok_or_else(|| WireError::new(ErrorCode::TaskNotFound, format!("no task {id}")))
 }
 
 fn check_assignee(s: &Session, room: &str, a: Option<&str>) -> Result<(), WireError> {

@@ -41,6 +41,17 @@ fn vote(face: &Face, id: &str) -> Result<Vote, WireError> {
     Ok(v)
 }
 
+/// The vote, if its room still exists and `principal` may see it: a vote of a room the
+/// caller cannot see answers as an unknown one, so its id tells nothing.
+fn visible_vote(face: &Face, id: &str, principal: &str) -> Result<Vote, WireError> {
+    let v = vote(face, id)?;
+    let eng = face.d.ledger.engine();
+    match eng.group(&v.room_id) {
+        Some(g) if super::super::rooms::visible(face, &eng, g, principal) => Ok(v),
+        _ => Err(not_found(id)),
+    }
+}
+
 /// `create_vote`: the room's members now are its eligible voters.
 pub(in super::super) async fn create_vote(
     s: &mut Session,
@@ -92,18 +103,8 @@ pub(in super::super) async fn cast_vote(
     let me = s.me().to_string();
     let face = s.face.clone();
     let _one = face.coord.write.lock().await;
-    let v = vote(&face, &c.vote_id)?;
     // Eligibility is by agent id: the id must also be this key's to use in that room.
-    {
-        let eng = face.d.ledger.engine();
-        let g = super::super::rooms::room(&eng, &v.room_id)?;
-        if !super::super::rooms::visible(&face, &eng, g, &s.principal) {
-            return Err(WireError::new(
-                ErrorCode::AccessDenied,
-                "this vote's room belongs to another API key",
-            ));
-        }
-    }
+    let v = visible_vote(&face, &c.vote_id, &s.principal)?;
     if !v.is_open() {
         return Err(WireError::new(
             ErrorCode::VoteClosed,
@@ -119,7 +120,9 @@ pub(in super::super) async fn cast_vote(
     if !v.eligible.contains(&me) {
         return Err(WireError::new(
             ErrorCode::NotInRoom,
-            format!("{me} was not a member of the room when the vote was created"),
+            format!(
+                "{me} is not an eligible voter (not a member when the vote was created, or left the room since)"
+            ),
         ));
     }
     if v.has_voted(&me) {
@@ -155,7 +158,7 @@ pub(in super::super) async fn get_vote_status(
     let r: VoteRef = parse(payload)?;
     // A push of this vote may have overtaken the fold of its event: wait for writes.
     let _settled = s.face.coord.write.lock().await;
-    let v = vote(&s.face, &r.vote_id)?;
+    let v = visible_vote(&s.face, &r.vote_id, &s.principal)?;
     check_member(s, &v.room_id, s.me())?;
     Ok(v.status_value())
 }
@@ -185,10 +188,59 @@ pub(in super::super) async fn list_votes(
     Ok(json!({"room_id": l.room_id, "votes": votes}))
 }
 
+/// `agent` (named `name` while a member) left `room`: each open vote it was eligible in and
+/// had not voted in no longer waits for it (`x.cowchat.vote.voter_left`), and closes when
+/// everyone still eligible has voted; a vote it had voted in keeps the ballot and records
+/// its name for the reveal. Rejoining does not make it eligible again.
+pub(in super::super) async fn voter_gone(face: &Face, room: &str, agent: &str, name: &str) {
+    let settled = {
+        let _one = face.coord.write.lock().await;
+        let open: Vec<String> = {
+            let st = face.coord.state.lock();
+            st.room_votes
+                .get(room)
+                .into_iter()
+                .flatten()
+                .filter_map(|id| st.votes.get(id))
+                .filter(|v| v.is_open() && v.eligible.iter().any(|e| e == agent))
+                .map(|v| v.vote_id.clone())
+                .collect()
+        };
+        let mut settled = Vec::new();
+        for id in open {
+            let data = json!({"vote_id": id, "agent_id": agent, "agent_name": name});
+            if let Err(e) = append(face, room, SERVICE, state::VOTE_VOTER_LEFT, data).await {
+                tracing::debug!(vote = %id, error = %e, "cowchat: could not record a voter leaving");
+                continue;
+            }
+            let done = face
+                .coord
+                .state
+                .lock()
+                .votes
+                .get(&id)
+                .is_some_and(|v| v.is_open() && v.all_voted());
+            if done {
+                settled.push(id);
+            }
+        }
+        settled
+    };
+    for id in settled {
+        close_vote(face, id, "all_voted").await;
+    }
+}
+
+/// Reveals a vote ([`close_vote`]), from a spawned task.
+pub(super) async fn close(face: Arc<Face>, id: String, reason: &str) {
+    close_vote(&face, id, reason).await
+}
+
 /// Reveals a vote: opens every ballot and appends `x.cowchat.vote.result` (no-op when it is
 /// already closed). A ballot that does not open under this daemon's key (the key file was
-/// replaced) is left out of the tally and logged.
-pub(super) async fn close(face: Arc<Face>, id: String, reason: &str) {
+/// replaced) is left out of the tally and logged. A voter that left is named as it was
+/// called in the room.
+async fn close_vote(face: &Face, id: String, reason: &str) {
     let _one = face.coord.write.lock().await;
     let Some(v) = face.coord.state.lock().votes.get(&id).cloned() else {
         return;
@@ -196,7 +248,7 @@ pub(super) async fn close(face: Arc<Face>, id: String, reason: &str) {
     if !v.is_open() || face.d.ledger.engine().group(&v.room_id).is_none() {
         return;
     }
-    let sealer = match sealer(&face) {
+    let sealer = match sealer(face) {
         Ok(s) => s,
         Err(e) => {
             tracing::warn!(vote = %id, error = %e, "cowchat: cannot open ballots");
@@ -207,19 +259,25 @@ pub(super) async fn close(face: Arc<Face>, id: String, reason: &str) {
     for (agent, blob) in &v.ballots {
         match sealer.open(&v.vote_id, agent, blob) {
             Ok(i) if (i as usize) < v.options.len() => {
-                opened.push((
-                    agent.clone(),
-                    member_name(&face, &v.room_id, agent),
-                    i as usize,
-                ));
+                // A member now is named as it is now; a voter that left, as it was then.
+                let name = match v.left_names.get(agent) {
+                    Some(then) if !is_member(face, &v.room_id, agent) => then.clone(),
+                    _ => member_name(face, &v.room_id, agent),
+                };
+                opened.push((agent.clone(), name, i as usize));
             }
             _ => tracing::warn!(vote = %id, agent, "cowchat: a sealed ballot does not open"),
         }
     }
     let data = state::result_data(&v, &opened, reason);
-    if let Err(e) = append(&face, &v.room_id, SERVICE, state::VOTE_RESULT, data).await {
+    if let Err(e) = append(face, &v.room_id, SERVICE, state::VOTE_RESULT, data).await {
         tracing::warn!(vote = %id, error = %e, "cowchat: could not reveal a vote");
     }
+}
+
+fn is_member(face: &Face, room: &str, agent: &str) -> bool {
+    let eng = face.d.ledger.engine();
+    eng.group(room).is_some_and(|g| g.actor(agent).is_some())
 }
 
 /// Closes the vote at its deadline (at once when it already passed).

@@ -309,6 +309,7 @@ mod tests {
             retry_seq: None,
             retry_at_ms: None,
             created_at: String::new(),
+            key_sha256: None,
         }
     }
 

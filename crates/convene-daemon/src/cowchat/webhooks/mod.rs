@@ -146,6 +146,19 @@ impl Hooks {
             h.abort();
         }
     }
+
+    /// Revokes (and stops) the subscriptions made with a key that no longer authenticates as
+    /// their principal; `valid` is every key's (fingerprint, principal) now.
+    pub(in crate::cowchat) async fn revoke_stale(
+        &self,
+        valid: Vec<(String, String)>,
+    ) -> Result<(), HookError> {
+        for id in self.db(move |st| st.revoke_stale(&valid)).await? {
+            tracing::info!(subscription = %id, "webhook subscription revoked: its API key was rotated or removed");
+            self.stop(&id);
+        }
+        Ok(())
+    }
 }
 
 /// Opens `<home>/cowchat/webhooks.db` and resumes every active subscription from its
@@ -168,6 +181,8 @@ pub fn start(d: Arc<Daemon>, home: &Path, opts: Options) -> Result<Arc<Hooks>, H
     }
     let tls = tls::Tls::new(opts.extra_ca.as_deref()).map_err(HookError::Tls)?;
     let store = Arc::new(Store::open(&home.join("cowchat").join("webhooks.db"))?);
+    // Keys removed or rotated while the daemon was down: nothing of theirs resumes.
+    store.revoke_stale(&super::keys::fingerprints(home))?;
     let active = store.active()?;
     let hooks = Arc::new(Hooks {
         d,
@@ -341,6 +356,7 @@ pub(in crate::cowchat) async fn subscribe(
         retry_seq: None,
         retry_at_ms: None,
         created_at: convene_core::event::format_ts(time::OffsetDateTime::now_utc()),
+        key_sha256: session_key(s).as_deref().map(super::keys::fingerprint),
     };
     let row = sub.clone();
     let n = h
@@ -358,9 +374,36 @@ pub(in crate::cowchat) async fn subscribe(
             "at most {MAX_SUBS} subscriptions per API key"
         )));
     }
+    // The key may have been rotated or removed while this ran, after the revoker looked at
+    // the stored subscriptions: check it again now that this one is stored.
+    if !key_still_valid(s, &sub.principal) {
+        let (who, id) = (sub.principal.clone(), sub.id.clone());
+        h.db(move |st| st.delete(&who, &id))
+            .await
+            .map_err(internal)?;
+        return Err(revoked_key());
+    }
     let v = sub_value(&sub);
     h.run(sub);
     Ok(v)
+}
+
+/// The API key of the caller's connection (None: a keyless local client).
+fn session_key(s: &Session) -> Option<String> {
+    let id = s.conn_id?;
+    s.face.live.lock().conns.get(&id)?.key.clone()
+}
+
+/// True when the caller's key still authenticates as `principal`.
+fn key_still_valid(s: &Session, principal: &str) -> bool {
+    super::keys::still_valid(&s.face.cfg.home, principal, session_key(s).as_deref())
+}
+
+fn revoked_key() -> WireError {
+    WireError::new(
+        ErrorCode::Unauthorized,
+        "the API key of this connection was rotated or removed; register again with the current key",
+    )
 }
 
 /// `unsubscribe`: deletes one of the caller's subscriptions and stops its deliveries.
@@ -398,8 +441,8 @@ pub(in crate::cowchat) async fn list_subscriptions(
     Ok(json!({"subscriptions": list}))
 }
 
-/// `enable_subscription`: re-arms a subscription (typically `failed`) and replays the
-/// backlog from its cursor.
+/// `enable_subscription`: re-arms a subscription (`failed`, or `revoked` after its key was
+/// rotated or removed), binds it to the caller's key and replays the backlog from its cursor.
 pub(in crate::cowchat) async fn enable_subscription(
     s: &Session,
     payload: Map<String, Value>,
@@ -418,9 +461,10 @@ pub(in crate::cowchat) async fn enable_subscription(
     // Stop the old task first so it cannot mark the re-armed row failed behind our back.
     h.stop(&p.subscription_id);
     let (id, who) = (p.subscription_id.clone(), principal(s));
+    let key = session_key(s).as_deref().map(super::keys::fingerprint);
     let sub = h
         .db(move |st| {
-            if st.enable(&who, &id)? {
+            if st.enable(&who, &id, key.as_deref())? {
                 st.get(&id)
             } else {
                 Ok(None)
@@ -429,6 +473,12 @@ pub(in crate::cowchat) async fn enable_subscription(
         .await
         .map_err(internal)?
         .ok_or_else(|| not_found(&p.subscription_id))?;
+    // As in `subscribe`: a key rotated meanwhile must not have re-armed it.
+    if !key_still_valid(s, &sub.principal) {
+        let valid = super::keys::fingerprints(&s.face.cfg.home);
+        h.revoke_stale(valid).await.map_err(internal)?;
+        return Err(revoked_key());
+    }
     let v = sub_value(&sub);
     h.run(sub);
     Ok(v)

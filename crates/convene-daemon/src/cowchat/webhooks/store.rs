@@ -29,6 +29,9 @@ pub enum Status {
     Active,
     /// Stopped after the retries ran out; `enable_subscription` re-arms it.
     Failed,
+    /// Stopped because the API key it was made with was rotated or removed;
+    /// `enable_subscription` with the principal's current key re-arms it.
+    Revoked,
 }
 
 impl Status {
@@ -37,6 +40,7 @@ impl Status {
         match self {
             Self::Active => "active",
             Self::Failed => "failed",
+            Self::Revoked => "revoked",
         }
     }
 }
@@ -74,6 +78,9 @@ pub struct Sub {
     pub retry_at_ms: Option<i64>,
     /// RFC 3339 creation time.
     pub created_at: String,
+    /// SHA-256 (hex) of the API key it was made (or last re-armed) with; None for a keyless
+    /// local client, whose subscriptions no key change revokes.
+    pub key_sha256: Option<String>,
 }
 
 /// The subscriptions database.
@@ -83,7 +90,13 @@ pub struct Store {
 
 const COLS: &str = "subscription_id, principal, room_id, webhook_url, secret, kinds, only_from, \
                     not_from, exclude_thinking, status, cursor_seq, failures, retry_seq, \
-                    retry_at_ms, created_at";
+                    retry_at_ms, created_at, key_sha256";
+
+/// `key_sha256` of a row made before keys were recorded (bound at the next check).
+const LEGACY: &str = "legacy";
+/// The status a delivery task's write leaves: `active`, except that a revoked row stays
+/// revoked (the task may be finishing a write as it is stopped).
+const UNLESS_REVOKED: &str = "CASE status WHEN 'revoked' THEN 'revoked' ELSE 'active' END";
 
 fn list_col(v: &Option<Vec<String>>) -> Result<Option<String>, StoreError> {
     Ok(v.as_ref().map(serde_json::to_string).transpose()?)
@@ -102,16 +115,17 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<(Sub, [Option<String>; 3])> {
             only_from: None,
             not_from: None,
             exclude_thinking: r.get::<_, i64>(8)? != 0,
-            status: if status == "failed" {
-                Status::Failed
-            } else {
-                Status::Active
+            status: match status.as_str() {
+                "failed" => Status::Failed,
+                "revoked" => Status::Revoked,
+                _ => Status::Active,
             },
             cursor: r.get::<_, i64>(10)?.max(0) as u64,
             failures: r.get::<_, i64>(11)?.max(0) as u32,
             retry_seq: r.get::<_, Option<i64>>(12)?.map(|s| s.max(0) as u64),
             retry_at_ms: r.get(13)?,
             created_at: r.get(14)?,
+            key_sha256: r.get(15)?,
         },
         [r.get(5)?, r.get(6)?, r.get(7)?],
     ))
@@ -157,13 +171,26 @@ impl Store {
              CREATE INDEX IF NOT EXISTS subscriptions_owner
                 ON subscriptions(principal, room_id);",
         )?;
+        let has_key_col = c
+            .prepare("SELECT 1 FROM pragma_table_info('subscriptions') WHERE name = 'key_sha256'")?
+            .exists([])?;
+        if !has_key_col {
+            // Rows from before keys were recorded: a keyed principal's are bound to the key it
+            // has at the next check (LEGACY); `primary`'s may be keyless, so they stay unbound.
+            c.execute_batch(&format!(
+                "BEGIN;
+                 ALTER TABLE subscriptions ADD COLUMN key_sha256 TEXT;
+                 UPDATE subscriptions SET key_sha256 = '{LEGACY}' WHERE principal != 'primary';
+                 COMMIT;"
+            ))?;
+        }
         Ok(Self { c: Mutex::new(c) })
     }
 
     /// Stores a new subscription.
     pub fn insert(&self, s: &Sub) -> Result<(), StoreError> {
         self.c.lock().execute(
-            &format!("INSERT INTO subscriptions ({COLS}) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15)"),
+            &format!("INSERT INTO subscriptions ({COLS}) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16)"),
             params![
                 s.id,
                 s.principal,
@@ -180,6 +207,7 @@ impl Store {
                 s.retry_seq.map(|x| x as i64),
                 s.retry_at_ms,
                 s.created_at,
+                s.key_sha256,
             ],
         )?;
         Ok(())
@@ -241,11 +269,15 @@ impl Store {
     /// Advances the cursor and clears any retry state (a delivery succeeded or the events
     /// up to `seq` were filtered out). Only a running delivery task advances, so the row is
     /// active: this also heals a `fail` written by a task that was being replaced by
-    /// `enable_subscription` at that moment (its blocking write cannot be cancelled).
+    /// `enable_subscription` at that moment (its blocking write cannot be cancelled). A
+    /// revoked row stays revoked (its task may be finishing this write as it is stopped).
     pub fn advance(&self, id: &str, seq: u64) -> Result<(), StoreError> {
         self.c.lock().execute(
-            "UPDATE subscriptions SET cursor_seq = MAX(cursor_seq, ?2), failures = 0, \
-             retry_seq = NULL, retry_at_ms = NULL, status = 'active' WHERE subscription_id = ?1",
+            &format!(
+                "UPDATE subscriptions SET cursor_seq = MAX(cursor_seq, ?2), failures = 0, \
+                 retry_seq = NULL, retry_at_ms = NULL, status = {UNLESS_REVOKED} \
+                 WHERE subscription_id = ?1"
+            ),
             params![id, seq as i64],
         )?;
         Ok(())
@@ -254,8 +286,10 @@ impl Store {
     /// Records a failed attempt of the delivery of event `seq`, due again at `at_ms`.
     pub fn retry(&self, id: &str, seq: u64, failures: u32, at_ms: i64) -> Result<(), StoreError> {
         self.c.lock().execute(
-            "UPDATE subscriptions SET failures = ?2, retry_seq = ?3, retry_at_ms = ?4, \
-             status = 'active' WHERE subscription_id = ?1",
+            &format!(
+                "UPDATE subscriptions SET failures = ?2, retry_seq = ?3, retry_at_ms = ?4, \
+                 status = {UNLESS_REVOKED} WHERE subscription_id = ?1"
+            ),
             params![id, failures as i64, seq as i64, at_ms],
         )?;
         Ok(())
@@ -265,20 +299,65 @@ impl Store {
     pub fn fail(&self, id: &str, failures: u32) -> Result<(), StoreError> {
         self.c.lock().execute(
             "UPDATE subscriptions SET status = 'failed', failures = ?2, retry_seq = NULL, \
-             retry_at_ms = NULL WHERE subscription_id = ?1",
+             retry_at_ms = NULL WHERE subscription_id = ?1 AND status != 'revoked'",
             params![id, failures as i64],
         )?;
         Ok(())
     }
 
-    /// Re-arms a principal's subscription; false when it has none by that id.
-    pub fn enable(&self, principal: &str, id: &str) -> Result<bool, StoreError> {
+    /// Re-arms a principal's subscription, bound from now on to `key_sha256` (the key of
+    /// the caller, None when keyless); false when it has none by that id.
+    pub fn enable(
+        &self,
+        principal: &str,
+        id: &str,
+        key_sha256: Option<&str>,
+    ) -> Result<bool, StoreError> {
         let n = self.c.lock().execute(
             "UPDATE subscriptions SET status = 'active', failures = 0, retry_seq = NULL, \
-             retry_at_ms = NULL WHERE principal = ?1 AND subscription_id = ?2",
-            [principal, id],
+             retry_at_ms = NULL, key_sha256 = ?3 WHERE principal = ?1 AND subscription_id = ?2",
+            params![principal, id, key_sha256],
         )?;
         Ok(n > 0)
+    }
+
+    /// Marks `revoked` every subscription bound to a key that no longer authenticates as
+    /// its principal; `valid` is every key's (SHA-256 hex, principal) now. A row from before
+    /// keys were recorded is bound to its principal's current key, or revoked when it has
+    /// none. Returns the ids revoked.
+    pub fn revoke_stale(&self, valid: &[(String, String)]) -> Result<Vec<String>, StoreError> {
+        let mut c = self.c.lock();
+        let tx = c.transaction()?;
+        let rows: Vec<(String, String, String)> = {
+            let mut q = tx.prepare(
+                "SELECT subscription_id, principal, key_sha256 FROM subscriptions \
+                 WHERE key_sha256 IS NOT NULL AND status != 'revoked'",
+            )?;
+            let rows = q.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+            rows.collect::<rusqlite::Result<_>>()?
+        };
+        let mut revoked = Vec::new();
+        for (id, principal, key) in rows {
+            if key == LEGACY {
+                if let Some((k, _)) = valid.iter().find(|(_, p)| *p == principal) {
+                    tx.execute(
+                        "UPDATE subscriptions SET key_sha256 = ?2 WHERE subscription_id = ?1",
+                        [&id, k],
+                    )?;
+                    continue;
+                }
+            } else if valid.iter().any(|(k, p)| *p == principal && *k == key) {
+                continue;
+            }
+            tx.execute(
+                "UPDATE subscriptions SET status = 'revoked', retry_seq = NULL, \
+                 retry_at_ms = NULL WHERE subscription_id = ?1",
+                [&id],
+            )?;
+            revoked.push(id);
+        }
+        tx.commit()?;
+        Ok(revoked)
     }
 }
 
@@ -303,6 +382,7 @@ mod tests {
             retry_seq: None,
             retry_at_ms: None,
             created_at: "2026-01-01T00:00:00Z".into(),
+            key_sha256: Some("k1".into()),
         }
     }
 
@@ -333,7 +413,7 @@ mod tests {
         st.fail("s1", 6).unwrap();
         assert_eq!(st.active().unwrap().len(), 1);
         assert_eq!(st.get("s1").unwrap().unwrap().cursor, 7);
-        assert!(st.enable("primary", "s1").unwrap());
+        assert!(st.enable("primary", "s1", Some("k1")).unwrap());
         st.advance("s1", 12).unwrap();
         st.advance("s1", 10).unwrap(); // never regresses
         let s1 = st.get("s1").unwrap().unwrap();
@@ -341,5 +421,80 @@ mod tests {
         assert!(!st.delete("other", "s1").unwrap());
         assert!(st.delete("primary", "s1").unwrap());
         assert_eq!(st.count("primary").unwrap(), 1);
+    }
+
+    #[test]
+    fn a_stale_key_revokes_and_nothing_a_task_writes_brings_it_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let st = Store::open(&dir.path().join("w.db")).unwrap();
+        let mut keyless = sub("s0", "r");
+        keyless.key_sha256 = None;
+        st.insert(&keyless).unwrap();
+        st.insert(&sub("s1", "r")).unwrap(); // primary, key k1
+        let mut team = sub("s2", "r");
+        team.principal = "team".into();
+        team.key_sha256 = Some("t1".into());
+        st.insert(&team).unwrap();
+        let valid = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+            v.iter()
+                .map(|(k, p)| (k.to_string(), p.to_string()))
+                .collect()
+        };
+        // k1 now belongs to another principal: it does not authenticate as primary.
+        assert_eq!(
+            st.revoke_stale(&valid(&[("k1", "team"), ("t1", "team")]))
+                .unwrap(),
+            vec!["s1".to_string()]
+        );
+        assert_eq!(st.get("s1").unwrap().unwrap().status, Status::Revoked);
+        assert_eq!(st.get("s2").unwrap().unwrap().status, Status::Active);
+        assert_eq!(st.get("s0").unwrap().unwrap().status, Status::Active);
+        // A delivery task finishing its writes as it is stopped leaves the row revoked.
+        st.advance("s1", 20).unwrap();
+        st.retry("s1", 21, 1, 5).unwrap();
+        st.fail("s1", 6).unwrap();
+        let s1 = st.get("s1").unwrap().unwrap();
+        assert_eq!((s1.status, s1.cursor), (Status::Revoked, 20));
+        assert_eq!(st.active().unwrap().len(), 2);
+        // Re-armed with the current key, it is bound to that key.
+        assert!(st.enable("primary", "s1", Some("k2")).unwrap());
+        assert_eq!(
+            st.revoke_stale(&valid(&[("k2", "primary"), ("t2", "team")]))
+                .unwrap(),
+            vec!["s2".to_string()]
+        );
+        assert_eq!(st.get("s1").unwrap().unwrap().status, Status::Active);
+    }
+
+    #[test]
+    fn rows_from_before_keys_were_recorded_are_bound_to_the_principals_current_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.db");
+        {
+            let c = Connection::open(&path).unwrap();
+            c.execute_batch(
+                "CREATE TABLE subscriptions (subscription_id TEXT PRIMARY KEY, principal TEXT NOT NULL,
+                 room_id TEXT NOT NULL, webhook_url TEXT NOT NULL, secret TEXT NOT NULL, kinds TEXT,
+                 only_from TEXT, not_from TEXT, exclude_thinking INTEGER NOT NULL DEFAULT 0,
+                 status TEXT NOT NULL DEFAULT 'active', cursor_seq INTEGER NOT NULL,
+                 failures INTEGER NOT NULL DEFAULT 0, retry_seq INTEGER, retry_at_ms INTEGER,
+                 created_at TEXT NOT NULL);
+                 INSERT INTO subscriptions (subscription_id, principal, room_id, webhook_url, secret,
+                 cursor_seq, created_at) VALUES ('p', 'primary', 'r', 'u', 's', 0, 't'),
+                 ('a', 'team-a', 'r', 'u', 's', 0, 't'), ('b', 'team-b', 'r', 'u', 's', 0, 't');",
+            )
+            .unwrap();
+        }
+        let st = Store::open(&path).unwrap();
+        let valid = vec![("ka".to_string(), "team-a".to_string())];
+        assert_eq!(st.revoke_stale(&valid).unwrap(), vec!["b".to_string()]);
+        assert_eq!(
+            st.get("a").unwrap().unwrap().key_sha256.as_deref(),
+            Some("ka")
+        );
+        // `primary`'s rows may be a keyless client's: not bound to any key.
+        assert_eq!(st.get("p").unwrap().unwrap().key_sha256, None);
+        assert_eq!(st.revoke_stale(&[]).unwrap(), vec!["a".to_string()]);
+        assert_eq!(st.get("p").unwrap().unwrap().status, Status::Active);
     }
 }
