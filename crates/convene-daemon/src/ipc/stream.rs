@@ -26,6 +26,24 @@ fn plan(d: &Daemon, a: &Args) -> Result<Plan, CoreError> {
     if d.ledger.engine().group(&gid).is_none() {
         return Err(CoreError::no_group(&gid));
     }
+    // One cursor names the replay start; CCCS §10.1 defines no combination, so a request
+    // naming several is refused rather than one of them silently winning.
+    let given: Vec<&str> = ["since_seq", "since_event_id", "since_ts"]
+        .into_iter()
+        .filter(|k| {
+            a.0.get(*k)
+                .is_some_and(|v| !v.is_null() && v.as_str() != Some(""))
+        })
+        .collect();
+    if given.len() > 1 {
+        return Err(CoreError::invalid(format!(
+            "give one replay cursor, not {}",
+            given.join(" and ")
+        ))
+        .with("field", given[1])
+        .with("reason", "conflicting_cursors")
+        .with("cursors", serde_json::Value::from(given)));
+    }
     let since = if let Some(s) = a.0.get("since_seq").filter(|v| !v.is_null()) {
         Since::Seq(s.as_u64().ok_or_else(|| {
             CoreError::invalid("since_seq must be a non-negative integer")
