@@ -553,13 +553,20 @@ pub(super) fn actor_remove(
         .map(|a| a.generation)
         .ok_or_else(|| CoreError::no_actor(actor_id))?;
     let scope = ctx.scope_for(group_id, by);
-    ctx.append(
+    let ev = ctx.append(
         group_id,
         kinds::ACTOR_REMOVE,
         by,
         scope,
         json!({"actor_id": actor_id}),
     )?;
+    // The generation ends here: its Mail and open reply obligations are not handed on to an
+    // actor added later under the same id (as its deliveries are not, §6.4).
+    ctx.out.changes.push(crate::view::Change::ActorRetire {
+        group_id: group_id.to_string(),
+        actor_id: actor_id.to_string(),
+        closed_by: ev.id,
+    });
     touch(ctx, group_id, |g| {
         g.actors.retain(|a| a.id != actor_id);
         g.retired_generations
