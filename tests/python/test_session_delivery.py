@@ -155,11 +155,13 @@ def test_CCCS_6_4_2_stalled_consumer_is_settled_within_the_bound_and_disconnecte
             assert len(rows[k]) == 2
             if v == "failed":
                 assert "withdrawn" in rows[k][-1]["reason"] or rows[k][-1]["reason"] == "session closed before the payload was written"
-        # The stalled consumer was disconnected: reading on finds the end of the stream.
+        # The stalled consumer was detached without reading anything, and its connection
+        # closes: reading on finds the end of the stream.
+        wait_until(lambda: [a["attached"] for a in client.actor_list(group_id=gid)["actors"] if a["id"] == "live"] == [False],
+                   what="the stalled session to be detached")
         s.settimeout(30)
         while f.readline():
             pass
-        assert [a["attached"] for a in client.actor_list(group_id=gid)["actors"] if a["id"] == "live"] == [False]
         s.close()
     finally:
         d.stop()

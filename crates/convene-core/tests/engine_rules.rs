@@ -419,7 +419,11 @@ fn cccs_6_4_1_removed_actor_generation_takes_its_mail_and_open_obligations_along
         })
         .unwrap();
     assert_eq!(w.status(&ask.id, "p1"), ObligationStatus::Cancelled);
-    assert!(w.mem.mail_addressed(&gid, "p1", &mail.id).unwrap().is_none());
+    assert!(w
+        .mem
+        .mail_addressed(&gid, "p1", &mail.id)
+        .unwrap()
+        .is_none());
     // The same in one import: the retire applies to what the import itself indexed, and a
     // later generation can neither consume the old Mail nor reply the obligation open again.
     let evs: Vec<Value> = w
@@ -444,8 +448,15 @@ fn cccs_6_4_1_removed_actor_generation_takes_its_mail_and_open_obligations_along
     let ob = w.mem.obligations("g_copy", &ask.id).unwrap();
     assert_eq!(ob.len(), 1);
     assert_eq!(ob[0].status, ObligationStatus::Cancelled);
-    assert_eq!(ob[0].closed_by.as_deref(), Some(removed.events[0].id.as_str()));
-    assert!(w.mem.mail_addressed("g_copy", "p1", &mail.id).unwrap().is_none());
+    assert_eq!(
+        ob[0].closed_by.as_deref(),
+        Some(removed.events[0].id.as_str())
+    );
+    assert!(w
+        .mem
+        .mail_addressed("g_copy", "p1", &mail.id)
+        .unwrap()
+        .is_none());
     assert_eq!(w.mem.mail_cursor("g_copy", "p1").unwrap(), 0);
 }
 
