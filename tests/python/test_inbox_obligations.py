@@ -146,3 +146,41 @@ def test_mail_cursor_never_moves_back_under_concurrent_reads_and_survives_kill9(
     daemon.kill9()
     daemon.start()
     check()
+
+
+def test_inbox_read_never_reports_a_cursor_behind_the_stored_one_under_concurrent_reads(client, group, daemon):
+    """Each answer's cursor is at least the stored cursor once its own mail.read committed,
+    which is the furthest Mail consumed by any mail.read up to and including it (mail.read
+    events in seq order are commit order)."""
+    import random
+    import threading
+    from cccc_sdk import CCCCClient
+    for i in range(240):
+        client.send(group_id=group, text=f"m{i}", message_mode="mail", to=["p1"])
+    answers = []
+    lock = threading.Lock()
+
+    def reader(k):
+        c = CCCCClient(cccc_home=str(daemon.home))
+        rnd = random.Random(k)
+        while True:
+            r = c.inbox_read(group_id=group, actor_id="p1", by="p1", limit=rnd.randint(1, 8))
+            if not r["messages"]:
+                return
+            with lock:
+                answers.append((r["event"]["seq"], r["cursor"]["seq"], r["messages"][-1]["seq"]))
+
+    threads = [threading.Thread(target=reader, args=(k,)) for k in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    answers.sort()
+    stored = 0
+    behind = []
+    for ev_seq, reported, last in answers:
+        stored = max(stored, last)  # the cursor once this mail.read committed
+        if reported < stored:
+            behind.append((ev_seq, reported, stored))
+    assert not behind, f"{len(behind)} answers reported a cursor behind the stored one (mail.read seq, reported, stored): {behind[:3]}"
+    assert max(c for _, c, _ in answers) == client.inbox_peek(group_id=group, actor_id="p1")["cursor"]["seq"]

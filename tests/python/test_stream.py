@@ -77,6 +77,28 @@ def test_CCCS_10_1_1_unknown_cursor_is_an_error_not_empty_replay(client, group, 
     assert hs["error"]["code"] == "group_not_found"
 
 
+def test_CCCS_10_1_1_two_cursors_are_refused_not_one_silently_preferred(client, group, daemon):
+    a = client.send(group_id=group, text="a", message_mode="send", to=["p1"])["event"]
+    b = client.send(group_id=group, text="b", message_mode="send", to=["p1"])["event"]
+    # since_seq and since_event_id naming different starts: neither may win silently.
+    _, _, hs = open_stream(daemon, {"group_id": group, "since_seq": a["seq"], "since_event_id": b["id"], "follow": False})
+    assert hs["ok"] is False and hs["error"]["code"] == "invalid_request"
+    assert hs["error"]["details"]["reason"] == "conflicting_cursors"
+    assert hs["error"]["details"]["cursors"] == ["since_seq", "since_event_id"]
+    # Also when they happen to agree, and for since_ts beside either (the unmodified SDK too).
+    _, _, hs = open_stream(daemon, {"group_id": group, "since_seq": a["seq"], "since_event_id": a["id"]})
+    assert hs["error"]["details"]["reason"] == "conflicting_cursors"
+    with pytest.raises(DaemonAPIError) as ei:
+        for _ in client.events_stream(group_id=group, since_event_id=a["id"], since_ts=a["ts"], timeout_s=5):
+            pass
+    assert ei.value.code == "invalid_request" and ei.value.details["cursors"] == ["since_event_id", "since_ts"]
+    # Null or empty cursors count as absent: one real cursor is served.
+    _, f, hs = open_stream(daemon, {"group_id": group, "since_seq": a["seq"], "since_event_id": "", "since_ts": None,
+                                    "kinds": ["chat.message"], "follow": False})
+    assert hs["ok"] is True
+    assert [json.loads(line)["event"]["id"] for line in f] == [b["id"]]
+
+
 def test_since_seq_resume_has_no_gap_and_no_duplicate_under_concurrent_writes(client, group, daemon):
     stop = threading.Event()
     sent = []

@@ -40,6 +40,16 @@ enum Cmd {
         /// Stream heartbeat interval in milliseconds.
         #[arg(long, default_value_t = 30_000)]
         heartbeat_ms: u64,
+        /// Session runtime transport: delivery frames one attached `runtime_attach`
+        /// connection may have waiting; a handoff past that is recorded `failed`.
+        #[arg(long, default_value_t = 1024,
+              value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+        session_queue: u32,
+        /// Session runtime transport: how long one handoff may take (queue wait plus write)
+        /// before its result is settled on what can be proven (unstarted = failed, started
+        /// = ambiguous); a consumer that stops reading for this long is disconnected.
+        #[arg(long, default_value_t = 10_000)]
+        session_timeout_ms: u64,
         /// Serve Cowchat v2 on this TCP address (default: 127.0.0.1:9229 when that port is
         /// free). Non-loopback peers must register with the API key.
         #[arg(long)]
@@ -199,6 +209,8 @@ fn real_main() -> Result<()> {
             tcp,
             require_key,
             heartbeat_ms,
+            session_queue,
+            session_timeout_ms,
             cowchat_tcp,
             no_cowchat_tcp,
             cowchat_ws,
@@ -238,6 +250,8 @@ fn real_main() -> Result<()> {
                 cfg.cowchat_webhooks.retry_unit = Duration::from_millis(ms.max(1));
             }
             cfg.heartbeat = Duration::from_millis(heartbeat_ms.max(10));
+            cfg.session_queue = session_queue as usize;
+            cfg.session_timeout = Duration::from_millis(session_timeout_ms.max(1));
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?;

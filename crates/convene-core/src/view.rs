@@ -137,6 +137,17 @@ pub enum Change {
         /// Cursor event.
         event_id: String,
     },
+    /// An actor generation ends (`actor.remove`): its Mail index and Mail cursor are dropped
+    /// and its still-open reply obligations are closed as cancelled by `closed_by`, so an
+    /// actor later added under the same id starts with none of them.
+    ActorRetire {
+        /// Group.
+        group_id: String,
+        /// The removed actor.
+        actor_id: String,
+        /// The `actor.remove` event.
+        closed_by: String,
+    },
     /// Set a delivery's latest state.
     Delivery {
         /// Group.

@@ -80,6 +80,24 @@ impl Mem {
                         (event_id.clone(), *at_unix),
                     );
                 }
+                Change::ActorRetire {
+                    group_id,
+                    actor_id,
+                    closed_by,
+                } => {
+                    self.mail
+                        .borrow_mut()
+                        .retain(|(g, a, _, _)| !(g == group_id && a == actor_id));
+                    self.cursors
+                        .borrow_mut()
+                        .remove(&(group_id.clone(), actor_id.clone()));
+                    for ((g, _, a), (st, by)) in self.obligations.borrow_mut().iter_mut() {
+                        if g == group_id && a == actor_id && *st == ObligationStatus::Requested {
+                            *st = ObligationStatus::Cancelled;
+                            *by = Some(closed_by.clone());
+                        }
+                    }
+                }
                 Change::GroupUpsert(_) | Change::GroupDelete(_) => {}
             }
         }
@@ -385,6 +403,61 @@ fn cccs_6_4_claims_results_and_retry_rules() {
         .unwrap();
     // CCCS-6.4-1: a retry reuses the identity
     assert_eq!(again.events[0].data["delivery_id"].as_str().unwrap(), did);
+}
+
+#[test]
+fn cccs_6_4_1_removed_actor_generation_takes_its_mail_and_open_obligations_along() {
+    let mut w = World::new(&["lead", "p1"]);
+    let mail = w.send("lead", "mail", &["p1"], "m").unwrap();
+    let ask = w.send("lead", "request_reply", &["p1"], "q").unwrap();
+    let gid = w.gid.clone();
+    let removed = w
+        .run(Command::ActorRemove {
+            group_id: gid.clone(),
+            by: "user".into(),
+            actor_id: "p1".into(),
+        })
+        .unwrap();
+    assert_eq!(w.status(&ask.id, "p1"), ObligationStatus::Cancelled);
+    assert!(w
+        .mem
+        .mail_addressed(&gid, "p1", &mail.id)
+        .unwrap()
+        .is_none());
+    // The same in one import: the retire applies to what the import itself indexed, and a
+    // later generation can neither consume the old Mail nor reply the obligation open again.
+    let evs: Vec<Value> = w
+        .mem
+        .events
+        .borrow()
+        .iter()
+        .map(|e| serde_json::to_value(e).unwrap())
+        .chain([
+            json!({"id": "readd", "kind": "actor.add", "by": "user", "data": {"actor_id": "p1"}}),
+            json!({"id": "late", "kind": "chat.message", "by": "p1",
+                   "data": {"text": "r", "message_mode": "send", "to": ["lead"], "reply_to": ask.id}}),
+            json!({"id": "rd", "kind": "mail.read", "by": "p1",
+                   "data": {"actor_id": "p1", "event_id": mail.id}}),
+        ])
+        .collect();
+    w.run(Command::Import {
+        group_id: "g_copy".into(),
+        events: evs,
+    })
+    .unwrap();
+    let ob = w.mem.obligations("g_copy", &ask.id).unwrap();
+    assert_eq!(ob.len(), 1);
+    assert_eq!(ob[0].status, ObligationStatus::Cancelled);
+    assert_eq!(
+        ob[0].closed_by.as_deref(),
+        Some(removed.events[0].id.as_str())
+    );
+    assert!(w
+        .mem
+        .mail_addressed("g_copy", "p1", &mail.id)
+        .unwrap()
+        .is_none());
+    assert_eq!(w.mem.mail_cursor("g_copy", "p1").unwrap(), 0);
 }
 
 #[test]

@@ -44,6 +44,10 @@ pub struct Config {
     pub limits: Limits,
     /// How long a `command` runtime may take to accept a payload.
     pub command_timeout: Duration,
+    /// Session transport: frames an attached `runtime_attach` connection may have queued.
+    pub session_queue: usize,
+    /// Session transport: the bound on one handoff (queue wait plus write).
+    pub session_timeout: Duration,
     /// Largest request line.
     pub max_request_bytes: usize,
     /// Also serve Cowchat v2 on this TCP address (e.g. 127.0.0.1:9229).
@@ -71,6 +75,8 @@ impl Config {
             heartbeat: Duration::from_secs(30),
             limits: Limits::default(),
             command_timeout: Duration::from_secs(30),
+            session_queue: runtime::SESSION_QUEUE,
+            session_timeout: runtime::SESSION_HANDOFF_TIMEOUT,
             max_request_bytes: convene_ipc::MAX_REQUEST_BYTES,
             cowchat_tcp: None,
             cowchat_tcp_default: None,
@@ -177,7 +183,11 @@ pub async fn start(cfg: Config) -> Result<Running, DaemonError> {
     let blobs = Blobs::open(home.root.join("blobs"))
         .map_err(|e| HomeError::Io(home.root.join("blobs"), e))?;
     let gate = Arc::new(gate::open(&home.root.join("evidence"))?);
-    let runtime = Runtime::new(ledger.clone(), cfg.command_timeout);
+    let runtime = Runtime::new(
+        ledger.clone(),
+        cfg.command_timeout,
+        runtime::Sessions::new(cfg.session_queue, cfg.session_timeout),
+    );
     runtime.spawn_worker(commits);
     let (shutdown, _) = watch::channel(false);
     let daemon = Arc::new(Daemon {

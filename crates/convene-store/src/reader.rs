@@ -354,6 +354,20 @@ impl Readers {
 }
 
 impl Readers {
+    /// Whether the Mail at `seq` is in `actor_id`'s inbox index (it was addressed to the
+    /// actor's current generation).
+    pub fn mail_indexed(&self, group_id: &str, actor_id: &str, seq: u64) -> Result<bool> {
+        self.with(|c| {
+            let n: Option<i64> = c
+                .prepare_cached(
+                    "SELECT seq FROM mail_index WHERE group_id = ?1 AND actor_id = ?2 AND seq = ?3",
+                )?
+                .query_row(params![group_id, actor_id, seq as i64], |r| r.get(0))
+                .optional()?;
+            Ok(n.is_some())
+        })
+    }
+
     /// An actor's Mail cursor `seq` (0 when none).
     pub fn mail_cursor(&self, group_id: &str, actor_id: &str) -> Result<u64> {
         self.with(|c| {

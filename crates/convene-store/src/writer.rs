@@ -146,6 +146,23 @@ pub fn apply(tx: &Transaction<'_>, out: &Outcome) -> Result<Vec<String>> {
                 )?
                 .execute(params![group_id, actor_id, *seq as i64, event_id])?;
             }
+            Change::ActorRetire {
+                group_id,
+                actor_id,
+                closed_by,
+            } => {
+                tx.prepare_cached("DELETE FROM mail_index WHERE group_id = ?1 AND actor_id = ?2")?
+                    .execute(params![group_id, actor_id])?;
+                tx.prepare_cached(
+                    "DELETE FROM mail_cursors WHERE group_id = ?1 AND actor_id = ?2",
+                )?
+                .execute(params![group_id, actor_id])?;
+                tx.prepare_cached(
+                    "UPDATE obligations SET status = 'cancelled', closed_by = ?3
+                     WHERE group_id = ?1 AND actor_id = ?2 AND status = 'requested'",
+                )?
+                .execute(params![group_id, actor_id, closed_by])?;
+            }
             Change::Delivery { group_id, row } => {
                 tx.prepare_cached(
                     "INSERT INTO deliveries (group_id, delivery_id, actor_id, source_event_id, state, transport) VALUES (?1, ?2, ?3, ?4, ?5, ?6)

@@ -324,6 +324,23 @@ fn obligations_now(
 ) -> Result<Vec<Obligation>, CoreError> {
     let mut list = ctx.view.obligations(group_id, source)?;
     for c in &ctx.out.changes {
+        if let Change::ActorRetire {
+            group_id: g,
+            actor_id,
+            closed_by,
+        } = c
+        {
+            if g == group_id {
+                for o in list
+                    .iter_mut()
+                    .filter(|o| &o.actor_id == actor_id && o.status == ObligationStatus::Requested)
+                {
+                    o.status = ObligationStatus::Cancelled;
+                    o.closed_by = Some(closed_by.clone());
+                }
+            }
+            continue;
+        }
         let Change::Obligation {
             group_id: g,
             source_event_id,
@@ -380,10 +397,14 @@ pub(super) fn mail_seq_now(
     actor_id: &str,
     event_id: &str,
 ) -> Result<Option<u64>, CoreError> {
-    if let Some(seq) = ctx.view.mail_addressed(group_id, actor_id, event_id)? {
-        return Ok(Some(seq));
+    // Only what this command indexed after retiring the actor's generation counts.
+    let changes = since_retire(ctx, group_id, actor_id);
+    if changes.len() == ctx.out.changes.len() {
+        if let Some(seq) = ctx.view.mail_addressed(group_id, actor_id, event_id)? {
+            return Ok(Some(seq));
+        }
     }
-    Ok(ctx.out.changes.iter().find_map(|c| match c {
+    Ok(changes.iter().find_map(|c| match c {
         Change::MailIndex {
             group_id: g,
             actor_id: a,
@@ -394,6 +415,19 @@ pub(super) fn mail_seq_now(
     }))
 }
 
+/// This command's changes after its last `ActorRetire` of `actor_id` (all of them if none):
+/// the stored Mail state from before such a retire no longer applies either.
+fn since_retire<'c>(ctx: &'c Ctx<'_>, group_id: &str, actor_id: &str) -> &'c [Change] {
+    let all = &ctx.out.changes;
+    let last = all.iter().rposition(|c| {
+        matches!(c, Change::ActorRetire { group_id: g, actor_id: a, .. } if g == group_id && a == actor_id)
+    });
+    match last {
+        Some(i) => &all[i + 1..],
+        None => all,
+    }
+}
+
 /// Moves `actor_id`'s Mail cursor to `seq`, never backwards (counting this command's changes).
 pub(super) fn advance_mail_cursor(
     ctx: &mut Ctx<'_>,
@@ -402,8 +436,13 @@ pub(super) fn advance_mail_cursor(
     event_id: &str,
     seq: u64,
 ) -> Result<(), CoreError> {
-    let mut cur = ctx.view.mail_cursor(group_id, actor_id)?;
-    for c in &ctx.out.changes {
+    let changes = since_retire(ctx, group_id, actor_id);
+    let mut cur = if changes.len() == ctx.out.changes.len() {
+        ctx.view.mail_cursor(group_id, actor_id)?
+    } else {
+        0
+    };
+    for c in changes {
         if let Change::MailCursor {
             group_id: g,
             actor_id: a,

@@ -460,6 +460,50 @@ pub(super) fn actor_add(
     Ok(())
 }
 
+/// Keys an `actor_update` patch may carry: Convene's own actor fields, and the fields CCCC's
+/// `actor_update` accepts (kept as given in `extra`; `role` is accepted and ignored, as the
+/// role follows from position). Anything else is refused before anything changes.
+const ACTOR_PATCH_KEYS: &[&str] = &[
+    "title",
+    "runtime",
+    "command",
+    "enabled",
+    "internal",
+    "default_scope_key",
+    "env_private",
+    "role",
+    "avatar_asset_path",
+    "env",
+    "submit",
+    "capability_autoload",
+    "capability_hidden",
+    "runner",
+    "runtime_state_source",
+];
+
+fn check_actor_patch(patch: &Map<String, Value>) -> Result<(), CoreError> {
+    if patch.is_empty() {
+        return Err(CoreError::invalid("empty patch")
+            .with("field", "patch")
+            .with("reason", "invalid_patch"));
+    }
+    let unknown: Vec<&str> = patch
+        .keys()
+        .map(String::as_str)
+        .filter(|k| !ACTOR_PATCH_KEYS.contains(k))
+        .collect();
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    Err(
+        CoreError::invalid(format!("unknown actor patch keys: {}", unknown.join(", ")))
+            .with("field", "patch")
+            .with("reason", "invalid_patch")
+            .with("unknown_keys", Value::from(unknown))
+            .with("allowed_keys", Value::from(ACTOR_PATCH_KEYS.to_vec())),
+    )
+}
+
 pub(super) fn actor_update(
     ctx: &mut Ctx<'_>,
     group_id: &str,
@@ -473,6 +517,7 @@ pub(super) fn actor_update(
         .actor(actor_id)
         .cloned()
         .ok_or_else(|| CoreError::no_actor(actor_id))?;
+    check_actor_patch(&patch)?;
     apply_actor_fields(&mut a, &patch)?;
     a.updated_at = ctx.ts();
     let scope = ctx.scope_for(group_id, by);
@@ -508,13 +553,20 @@ pub(super) fn actor_remove(
         .map(|a| a.generation)
         .ok_or_else(|| CoreError::no_actor(actor_id))?;
     let scope = ctx.scope_for(group_id, by);
-    ctx.append(
+    let ev = ctx.append(
         group_id,
         kinds::ACTOR_REMOVE,
         by,
         scope,
         json!({"actor_id": actor_id}),
     )?;
+    // The generation ends here: its Mail and open reply obligations are not handed on to an
+    // actor added later under the same id (as its deliveries are not, §6.4).
+    ctx.out.changes.push(crate::view::Change::ActorRetire {
+        group_id: group_id.to_string(),
+        actor_id: actor_id.to_string(),
+        closed_by: ev.id,
+    });
     touch(ctx, group_id, |g| {
         g.actors.retain(|a| a.id != actor_id);
         g.retired_generations

@@ -104,6 +104,15 @@ pub(super) fn import(
                     chat::close_open_obligations(ctx, group_id, src, &ev.id)?;
                 }
             }
+            kinds::ACTOR_REMOVE => {
+                if let Some(actor) = ev.data_str("actor_id") {
+                    ctx.out.changes.push(crate::view::Change::ActorRetire {
+                        group_id: group_id.to_string(),
+                        actor_id: actor.to_string(),
+                        closed_by: ev.id.clone(),
+                    });
+                }
+            }
             kinds::MAIL_READ => {
                 if let (Some(actor), Some(mail)) =
                     (ev.data_str("actor_id"), ev.data_str("event_id"))

@@ -197,12 +197,16 @@ where
                                     return;
                                 };
                                 let args = Args(req.args);
-                                let _ = if req.op == "events_stream" {
-                                    stream::events_stream(&d, args, &mut r, &mut w).await
+                                if req.op == "events_stream" {
+                                    let _ = stream::events_stream(&d, args, &mut r, &mut w).await;
+                                    let _ = w.flush().await;
                                 } else {
-                                    stream::runtime_attach(&d, args, &mut r, &mut w).await
-                                };
-                                let _ = w.flush().await;
+                                    let _ = stream::runtime_attach(&d, args, &mut r, &mut w).await;
+                                    // A stalled session was cut off for not taking writes:
+                                    // the last flush is bounded too.
+                                    let bound = d.runtime.sessions.timeout();
+                                    let _ = tokio::time::timeout(bound, w.flush()).await;
+                                }
                                 return;
                             }
                             op => {

@@ -270,12 +270,19 @@ pub(super) async fn inbox_read(d: &Daemon, a: &Args) -> Result<Value, CoreError>
             .execute(Command::MailRead {
                 group_id: gid.clone(),
                 by,
-                actor_id: actor,
+                actor_id: actor.clone(),
                 event_id: last.id.clone(),
             })
             .await?;
         event = c.primary().map(ev_value).unwrap_or(Value::Null);
-        cursor_seq = last.seq;
+        // A concurrent read may have moved the cursor past `last` before this commit: the
+        // stored cursor never moves back, so the answer reports it, not `last`.
+        let stored = d
+            .ledger
+            .readers()
+            .mail_cursor(&gid, &actor)
+            .map_err(CoreError::from)?;
+        cursor_seq = last.seq.max(stored);
     }
     Ok(
         json!({"cursor": cursor_value(d, &gid, cursor_seq)?, "event": event, "messages": items.iter().map(|r| raw_value(&r.json)).collect::<Vec<_>>()}),

@@ -253,7 +253,13 @@ pub(super) fn statuses(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
                     "delivery_state": dstate,
                 }),
             );
-            if mode == "mail" && actor != "user" {
+            // Read state belongs to the inboxes the Mail is in: not to an actor added after
+            // it was sent, nor to a later generation of a removed recipient.
+            if mode == "mail"
+                && actor != "user"
+                && r.mail_indexed(&gid, actor, raw.seq)
+                    .map_err(CoreError::from)?
+            {
                 read.insert(
                     actor.clone(),
                     json!(r.mail_cursor(&gid, actor).map_err(CoreError::from)? >= raw.seq),

@@ -26,6 +26,24 @@ fn plan(d: &Daemon, a: &Args) -> Result<Plan, CoreError> {
     if d.ledger.engine().group(&gid).is_none() {
         return Err(CoreError::no_group(&gid));
     }
+    // One cursor names the replay start; CCCS §10.1 defines no combination, so a request
+    // naming several is refused rather than one of them silently winning.
+    let given: Vec<&str> = ["since_seq", "since_event_id", "since_ts"]
+        .into_iter()
+        .filter(|k| {
+            a.0.get(*k)
+                .is_some_and(|v| !v.is_null() && v.as_str() != Some(""))
+        })
+        .collect();
+    if given.len() > 1 {
+        return Err(CoreError::invalid(format!(
+            "give one replay cursor, not {}",
+            given.join(" and ")
+        ))
+        .with("field", given[1])
+        .with("reason", "conflicting_cursors")
+        .with("cursors", serde_json::Value::from(given)));
+    }
     let since = if let Some(s) = a.0.get("since_seq").filter(|v| !v.is_null()) {
         Since::Seq(s.as_u64().ok_or_else(|| {
             CoreError::invalid("since_seq must be a non-negative integer")
@@ -192,23 +210,46 @@ where
         Ok(x) => x,
         Err(e) => return w.write_all(&super::error_line(&e)).await,
     };
-    let mut rx = d.runtime.sessions.attach(&gid, &actor);
-    w.write_all(&convene_ipc::ok_line(
+    let sessions = &d.runtime.sessions;
+    let attached = sessions.attach(&gid, &actor);
+    let id = attached.id;
+    let res = attached_loop(d, attached.rx, &gid, &actor, reader, w).await;
+    // Frames still queued are dropped with the queue (their handoffs record failed).
+    sessions.detach(&gid, &actor, id);
+    res
+}
+
+/// Writes the attached session's frames and heartbeats until either side ends it. Every
+/// write is bounded: a consumer that stops reading is disconnected rather than holding its
+/// deliveries forever.
+async fn attached_loop<R, W>(
+    d: &Daemon,
+    mut rx: crate::runtime::SessionRx,
+    gid: &str,
+    actor: &str,
+    reader: &mut R,
+    w: &mut W,
+) -> std::io::Result<()>
+where
+    R: AsyncBufRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let bound = d.runtime.sessions.timeout();
+    let ok = convene_ipc::ok_line(
         serde_json::json!({"group_id": gid, "actor_id": actor, "attached": true}),
-    ))
-    .await?;
-    w.flush().await?;
+    );
+    write_bounded(w, &ok, bound).await?;
     let mut shutdown = d.shutdown_rx();
     let hb: Duration = d.heartbeat;
     loop {
         tokio::select! {
             m = rx.recv() => match m {
-                Some(line) => { w.write_all(&line).await?; w.flush().await?; }
+                Some(frame) => crate::runtime::write_frame(w, frame, bound).await?,
                 None => return Ok(()),
             },
             _ = tokio::time::sleep(hb) => {
-                w.write_all(&convene_ipc::heartbeat_line(&convene_core::event::format_ts(time::OffsetDateTime::now_utc()))).await?;
-                w.flush().await?;
+                let line = convene_ipc::heartbeat_line(&convene_core::event::format_ts(time::OffsetDateTime::now_utc()));
+                write_bounded(w, &line, bound).await?;
             }
             n = reader.fill_buf() => match n {
                 Ok([]) => return Ok(()),
@@ -218,4 +259,23 @@ where
             _ = shutdown.changed() => return Ok(()),
         }
     }
+}
+
+/// Writes and flushes `bytes` within `bound`.
+async fn write_bounded<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    bytes: &[u8],
+    bound: Duration,
+) -> std::io::Result<()> {
+    tokio::time::timeout(bound, async {
+        w.write_all(bytes).await?;
+        w.flush().await
+    })
+    .await
+    .unwrap_or_else(|_| {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "the session did not take a write in time",
+        ))
+    })
 }

@@ -11,7 +11,9 @@ use convene_core::{ClaimKind, Command, CoreError, DeliveryState, ErrorCode, Even
 use serde_json::Value;
 
 use crate::ledger::{CommitFeed, Ledger};
-pub use session::{SessionRx, Sessions};
+pub use session::{
+    write_frame, Attached, SessionRx, Sessions, SESSION_HANDOFF_TIMEOUT, SESSION_QUEUE,
+};
 
 /// What a transport established about a handoff.
 #[derive(Debug)]
@@ -43,11 +45,12 @@ pub fn transport_for(runtime: &str) -> Option<&'static str> {
 }
 
 impl Runtime {
-    /// A runtime over the ledger.
-    pub fn new(ledger: Ledger, command_timeout: std::time::Duration) -> Self {
+    /// A runtime over the ledger; `sessions` carries the session transport's queue depth
+    /// and handoff bound.
+    pub fn new(ledger: Ledger, command_timeout: std::time::Duration, sessions: Sessions) -> Self {
         Self {
             ledger,
-            sessions: Arc::new(Sessions::default()),
+            sessions: Arc::new(sessions),
             command_timeout,
         }
     }
@@ -148,7 +151,7 @@ impl Runtime {
         );
         tokio::spawn(async move {
             let handoff = match transport {
-                "session" => rt.sessions.hand_off(&gid, &aid, &did, &source),
+                "session" => rt.sessions.hand_off(&gid, &aid, &did, &source).await,
                 "command" => {
                     command::run(&command, &gid, &aid, &did, &source, rt.command_timeout).await
                 }

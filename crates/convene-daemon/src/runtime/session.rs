@@ -1,36 +1,115 @@
 //! The `session` transport: an actor's own connected client (`runtime_attach`) receives the
-//! payload on a bounded queue. Accepted = queued for that connection.
+//! payload through a bounded queue that the connection's writer drains.
+//!
+//! The result is what the writer can prove about the frame, reported back per frame:
+//! - accepted: the whole frame was written and flushed to the consumer's socket;
+//! - failed: the frame never started to be written (no session, queue full, the connection
+//!   ended while it was still queued, or it was withdrawn from the queue when the bounded wait
+//!   ran out), so a later retry cannot duplicate it;
+//! - ambiguous: a write started but did not finish (error, or the bounded wait ran out while
+//!   it was being written): some bytes may have reached the consumer.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 use parking_lot::Mutex;
-use tokio::sync::mpsc;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::sync::{mpsc, oneshot};
 
 use super::{payload, Handoff};
 
-/// Queue depth per attached session; a full queue fails the handoff instead of blocking.
+/// Default queue depth per attached session; a full queue fails the handoff instead of
+/// blocking.
 pub const SESSION_QUEUE: usize = 1024;
 
-/// Receiving end held by the attached connection.
-pub type SessionRx = mpsc::Receiver<Vec<u8>>;
+/// Default bound on one handoff: from queueing the frame to its write finishing.
+pub const SESSION_HANDOFF_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// (group, actor) → the attached session's queue.
-type SessionMap = HashMap<(String, String), mpsc::Sender<Vec<u8>>>;
+/// Frame lifecycle, shared by the handoff and the writer; the compare-exchange out of
+/// `QUEUED` decides, exactly once, whether the writer starts it or the handoff withdraws it.
+const QUEUED: u8 = 0;
+const WRITING: u8 = 1;
+const WITHDRAWN: u8 = 2;
+
+/// What the writer reports about one frame.
+#[derive(Debug)]
+enum Written {
+    /// Written and flushed whole.
+    Whole,
+    /// The write started and broke off.
+    Broken(String),
+}
+
+/// One delivery payload on its way to an attached session.
+pub struct Frame {
+    bytes: Vec<u8>,
+    state: Arc<AtomicU8>,
+    done: oneshot::Sender<Written>,
+}
+
+/// Receiving end held by the attached connection.
+pub type SessionRx = mpsc::Receiver<Frame>;
+
+/// An attached session's queue and the id of its attach (a newer attach replaces it).
+type SessionMap = HashMap<(String, String), (u64, mpsc::Sender<Frame>)>;
 
 /// Attached sessions by (group, actor). A newer attach replaces an older one.
-#[derive(Default)]
 pub struct Sessions {
     map: Mutex<SessionMap>,
+    next_id: AtomicU64,
+    queue: usize,
+    timeout: Duration,
+}
+
+impl Default for Sessions {
+    fn default() -> Self {
+        Self::new(SESSION_QUEUE, SESSION_HANDOFF_TIMEOUT)
+    }
+}
+
+/// One attach: its queue and the id to detach it with.
+pub struct Attached {
+    /// Frames for this connection to write.
+    pub rx: SessionRx,
+    /// This attach's id.
+    pub id: u64,
 }
 
 impl Sessions {
+    /// Sessions whose queues hold `queue` frames and whose handoffs wait at most `timeout`.
+    pub fn new(queue: usize, timeout: Duration) -> Self {
+        Self {
+            map: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            queue: queue.max(1),
+            timeout,
+        }
+    }
+
+    /// The bound on one handoff (and on one write to a session).
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     /// Attaches a session and returns its queue.
-    pub fn attach(&self, group_id: &str, actor_id: &str) -> SessionRx {
-        let (tx, rx) = mpsc::channel(SESSION_QUEUE);
+    pub fn attach(&self, group_id: &str, actor_id: &str) -> Attached {
+        let (tx, rx) = mpsc::channel(self.queue);
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         self.map
             .lock()
-            .insert((group_id.to_string(), actor_id.to_string()), tx);
-        rx
+            .insert((group_id.to_string(), actor_id.to_string()), (id, tx));
+        Attached { rx, id }
+    }
+
+    /// Forgets attach `id` if it is still the current one for the actor.
+    pub fn detach(&self, group_id: &str, actor_id: &str, id: u64) {
+        let key = (group_id.to_string(), actor_id.to_string());
+        let mut map = self.map.lock();
+        if map.get(&key).map(|(i, _)| *i == id).unwrap_or(false) {
+            map.remove(&key);
+        }
     }
 
     /// Whether a live session is attached.
@@ -38,11 +117,11 @@ impl Sessions {
         self.map
             .lock()
             .get(&(group_id.to_string(), actor_id.to_string()))
-            .map(|t| !t.is_closed())
+            .map(|(_, t)| !t.is_closed())
             .unwrap_or(false)
     }
 
-    pub(super) fn hand_off(
+    pub(super) async fn hand_off(
         &self,
         group_id: &str,
         actor_id: &str,
@@ -50,19 +129,152 @@ impl Sessions {
         event_json: &str,
     ) -> Handoff {
         let key = (group_id.to_string(), actor_id.to_string());
-        let tx = self.map.lock().get(&key).cloned();
-        match tx {
-            None => Handoff::Failed("no session attached".into()),
-            Some(tx) => match tx.try_send(payload(delivery_id, event_json)) {
-                Ok(()) => Handoff::Accepted,
-                Err(mpsc::error::TrySendError::Full(_)) => {
-                    Handoff::Failed("session queue full".into())
-                }
-                Err(mpsc::error::TrySendError::Closed(_)) => {
-                    self.map.lock().remove(&key);
-                    Handoff::Failed("session detached".into())
-                }
-            },
+        let Some((id, tx)) = self.map.lock().get(&key).cloned() else {
+            return Handoff::Failed("no session attached".into());
+        };
+        let state = Arc::new(AtomicU8::new(QUEUED));
+        let (done, written) = oneshot::channel();
+        let frame = Frame {
+            bytes: payload(delivery_id, event_json),
+            state: state.clone(),
+            done,
+        };
+        match tx.try_send(frame) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                return Handoff::Failed(format!("session queue full ({} frames)", self.queue));
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                self.detach(group_id, actor_id, id);
+                return Handoff::Failed("session detached".into());
+            }
         }
+        drop(tx);
+        match tokio::time::timeout(self.timeout, written).await {
+            Ok(Ok(Written::Whole)) => Handoff::Accepted,
+            Ok(Ok(Written::Broken(e))) => {
+                Handoff::Ambiguous(format!("session write broke off mid-frame: {e}"))
+            }
+            // The writer dropped the frame: unstarted when its connection ended with it still
+            // queued; a started frame is always reported, so a drop mid-write means the
+            // connection task itself was torn down.
+            Ok(Err(_)) => match state.load(Ordering::Acquire) {
+                QUEUED => Handoff::Failed("session closed before the payload was written".into()),
+                _ => Handoff::Ambiguous("session ended while the payload was being written".into()),
+            },
+            Err(_) => {
+                let secs = self.timeout.as_secs_f64();
+                match state.compare_exchange(QUEUED, WITHDRAWN, Ordering::AcqRel, Ordering::Acquire)
+                {
+                    Ok(_) => Handoff::Failed(format!(
+                        "not written to the session within {secs}s; withdrawn from its queue"
+                    )),
+                    Err(_) => {
+                        Handoff::Ambiguous(format!("session write did not finish within {secs}s"))
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Writes one queued frame to the attached connection and reports what happened. A frame
+/// its handoff already withdrew is skipped. Returns the write error, if any: the connection
+/// is then unusable, and dropping the queue fails every frame still in it.
+pub async fn write_frame<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    frame: Frame,
+    timeout: Duration,
+) -> std::io::Result<()> {
+    if frame
+        .state
+        .compare_exchange(QUEUED, WRITING, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        return Ok(());
+    }
+    let res = tokio::time::timeout(timeout, async {
+        w.write_all(&frame.bytes).await?;
+        w.flush().await
+    })
+    .await
+    .unwrap_or_else(|_| {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "the session did not take the frame in time",
+        ))
+    });
+    let report = match &res {
+        Ok(()) => Written::Whole,
+        Err(e) => Written::Broken(e.to_string()),
+    };
+    let _ = frame.done.send(report);
+    res
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn full_queue_fails_the_handoff_and_drop_fails_queued_frames() {
+        let s = Arc::new(Sessions::new(2, Duration::from_secs(30)));
+        let att = s.attach("g", "a");
+        let mut tasks = Vec::new();
+        for i in 0..2 {
+            let s = s.clone();
+            tasks.push(tokio::spawn(async move {
+                s.hand_off("g", "a", &format!("d{i}"), "{}").await
+            }));
+        }
+        // Both are queued (nobody drains): the third finds the queue full.
+        while att.rx.len() < 2 {
+            tokio::task::yield_now().await;
+        }
+        match s.hand_off("g", "a", "d2", "{}").await {
+            Handoff::Failed(r) => assert_eq!(r, "session queue full (2 frames)"),
+            h => panic!("expected failed, got {h:?}"),
+        }
+        // The connection ends with both still queued: provably never written.
+        drop(att);
+        for t in tasks {
+            match t.await.unwrap() {
+                Handoff::Failed(r) => {
+                    assert_eq!(r, "session closed before the payload was written")
+                }
+                h => panic!("expected failed, got {h:?}"),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn unstarted_frame_is_withdrawn_after_the_bound_and_never_written() {
+        let s = Arc::new(Sessions::new(4, Duration::from_millis(50)));
+        let mut att = s.attach("g", "a");
+        match s.hand_off("g", "a", "d", "{}").await {
+            Handoff::Failed(r) => assert!(r.contains("withdrawn"), "{r}"),
+            h => panic!("expected failed, got {h:?}"),
+        }
+        let frame = att.rx.recv().await.unwrap();
+        let mut out = Vec::new();
+        write_frame(&mut out, frame, Duration::from_secs(1))
+            .await
+            .unwrap();
+        assert!(out.is_empty(), "a withdrawn frame must not be written");
+    }
+
+    #[tokio::test]
+    async fn written_frame_is_accepted() {
+        let s = Arc::new(Sessions::new(4, Duration::from_secs(30)));
+        let mut att = s.attach("g", "a");
+        let s2 = s.clone();
+        let h = tokio::spawn(async move { s2.hand_off("g", "a", "d", "{}").await });
+        let frame = att.rx.recv().await.unwrap();
+        let mut out = Vec::new();
+        write_frame(&mut out, frame, Duration::from_secs(1))
+            .await
+            .unwrap();
+        assert!(matches!(h.await.unwrap(), Handoff::Accepted));
+        assert!(out.ends_with(b"\n"));
     }
 }
