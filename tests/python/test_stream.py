@@ -77,7 +77,7 @@ def test_CCCS_10_1_1_unknown_cursor_is_an_error_not_empty_replay(client, group, 
     assert hs["error"]["code"] == "group_not_found"
 
 
-def test_CCCS_10_1_1_two_cursors_are_refused_not_one_silently_preferred(client, group, daemon):
+def test_CCCS_10_1_1_since_seq_beside_another_cursor_is_refused_not_one_silently_preferred(client, group, daemon):
     a = client.send(group_id=group, text="a", message_mode="send", to=["p1"])["event"]
     b = client.send(group_id=group, text="b", message_mode="send", to=["p1"])["event"]
     # since_seq and since_event_id naming different starts: neither may win silently.
@@ -85,13 +85,36 @@ def test_CCCS_10_1_1_two_cursors_are_refused_not_one_silently_preferred(client, 
     assert hs["ok"] is False and hs["error"]["code"] == "invalid_request"
     assert hs["error"]["details"]["reason"] == "conflicting_cursors"
     assert hs["error"]["details"]["cursors"] == ["since_seq", "since_event_id"]
-    # Also when they happen to agree, and for since_ts beside either (the unmodified SDK too).
+    # Also when they happen to agree, and for since_ts beside it.
     _, _, hs = open_stream(daemon, {"group_id": group, "since_seq": a["seq"], "since_event_id": a["id"]})
     assert hs["error"]["details"]["reason"] == "conflicting_cursors"
-    with pytest.raises(DaemonAPIError) as ei:
-        for _ in client.events_stream(group_id=group, since_event_id=a["id"], since_ts=a["ts"], timeout_s=5):
-            pass
-    assert ei.value.code == "invalid_request" and ei.value.details["cursors"] == ["since_event_id", "since_ts"]
+    _, _, hs = open_stream(daemon, {"group_id": group, "since_seq": a["seq"], "since_ts": a["ts"]})
+    assert hs["error"]["details"]["cursors"] == ["since_seq", "since_ts"]
+
+
+def test_CCCS_10_1_1_ccccs_cursor_pair_replays_after_the_event_else_from_the_timestamp(client, group, daemon):
+    """CCCC clients may send since_event_id and since_ts together (the unmodified SDK passes
+    both through): the event id when this ledger has it, else the timestamp, never less."""
+    a = client.send(group_id=group, text="a", message_mode="send", to=["p1"])["event"]
+    b = client.send(group_id=group, text="b", message_mode="send", to=["p1"])["event"]
+
+    def replay(**cursors) -> list[str]:
+        out = []
+        for item in client.events_stream(group_id=group, kinds=["chat.message"], timeout_s=5, **cursors):
+            ev = item.get("event") if isinstance(item, dict) else None
+            if ev is None:
+                continue
+            out.append(ev["id"])
+            if ev["id"] == b["id"]:
+                break
+        return out
+
+    assert replay(since_event_id=a["id"], since_ts=a["ts"]) == [b["id"]]
+    # An event id this ledger never had: the timestamp decides (a and b are at or after it).
+    assert replay(since_event_id="not-in-this-ledger", since_ts=a["ts"]) == [a["id"], b["id"]]
+    # An unparsable timestamp is refused even beside a known id.
+    _, _, hs = open_stream(daemon, {"group_id": group, "since_event_id": a["id"], "since_ts": "yesterday"})
+    assert hs["ok"] is False and hs["error"]["details"]["field"] == "since_ts"
     # Null or empty cursors count as absent: one real cursor is served.
     _, f, hs = open_stream(daemon, {"group_id": group, "since_seq": a["seq"], "since_event_id": "", "since_ts": None,
                                     "kinds": ["chat.message"], "follow": False})

@@ -26,24 +26,45 @@ fn plan(d: &Daemon, a: &Args) -> Result<Plan, CoreError> {
     if d.ledger.engine().group(&gid).is_none() {
         return Err(CoreError::no_group(&gid));
     }
-    // One cursor names the replay start; CCCS §10.1 defines no combination, so a request
-    // naming several is refused rather than one of them silently winning.
-    let given: Vec<&str> = ["since_seq", "since_event_id", "since_ts"]
-        .into_iter()
-        .filter(|k| {
-            a.0.get(*k)
-                .is_some_and(|v| !v.is_null() && v.as_str() != Some(""))
-        })
-        .collect();
-    if given.len() > 1 {
+    // One cursor names the replay start. CCCS §10.1 defines no combination, so `since_seq`
+    // (Convene's own cursor) beside another is refused rather than one silently winning.
+    // CCCC's pair is kept for its clients: `since_event_id` when this ledger has that event,
+    // else `since_ts` (a reconnect that sends both never replays less than the timestamp).
+    let given = |k: &str| {
+        a.0.get(k)
+            .is_some_and(|v| !v.is_null() && v.as_str() != Some(""))
+    };
+    if given("since_seq") && (given("since_event_id") || given("since_ts")) {
+        let other = if given("since_event_id") {
+            "since_event_id"
+        } else {
+            "since_ts"
+        };
+        let mut cursors = vec!["since_seq"];
+        cursors.extend(
+            ["since_event_id", "since_ts"]
+                .into_iter()
+                .filter(|k| given(k)),
+        );
         return Err(CoreError::invalid(format!(
-            "give one replay cursor, not {}",
-            given.join(" and ")
+            "give one replay cursor, not since_seq and {other}"
         ))
-        .with("field", given[1])
+        .with("field", other)
         .with("reason", "conflicting_cursors")
-        .with("cursors", serde_json::Value::from(given)));
+        .with("cursors", serde_json::Value::from(cursors)));
     }
+    let ts_cursor = |a: &Args| -> Result<Option<Since>, CoreError> {
+        let Some(ts) = a.opt_str("since_ts")?.filter(|s| !s.is_empty()) else {
+            return Ok(None);
+        };
+        let t = convene_core::event::parse_ts(&ts).ok_or_else(|| {
+            CoreError::invalid(format!("since_ts is not RFC 3339: {ts}")).with("field", "since_ts")
+        })?;
+        // Events from the first one stamped at or after since_ts are replayed.
+        Ok(Some(Since::Ts(convene_core::event::format_ts(t))))
+    };
+    // Parsed up front: an unparsable since_ts is refused even beside a known event id.
+    let ts = ts_cursor(a)?;
     let since = if let Some(s) = a.0.get("since_seq").filter(|v| !v.is_null()) {
         Since::Seq(s.as_u64().ok_or_else(|| {
             CoreError::invalid("since_seq must be a non-negative integer")
@@ -51,33 +72,31 @@ fn plan(d: &Daemon, a: &Args) -> Result<Plan, CoreError> {
         })?)
     } else if let Some(id) = a.opt_str("since_event_id")?.filter(|s| !s.is_empty()) {
         Since::EventId(id)
-    } else if let Some(ts) = a.opt_str("since_ts")?.filter(|s| !s.is_empty()) {
-        let t = convene_core::event::parse_ts(&ts).ok_or_else(|| {
-            CoreError::invalid(format!("since_ts is not RFC 3339: {ts}")).with("field", "since_ts")
-        })?;
-        // Events from the first one stamped at or after since_ts are replayed.
-        Since::Ts(convene_core::event::format_ts(t))
+    } else if let Some(t) = ts.clone() {
+        t
     } else {
         Since::Seq(d.ledger.hub().get(&gid).map(|f| f.head()).unwrap_or(0))
     };
-    let cursor = d
-        .ledger
-        .readers()
-        .resolve(&gid, &since)
-        .map_err(CoreError::from)?
-        .ok_or_else(|| match &since {
-            Since::EventId(id) => CoreError::new(
-                ErrorCode::EventNotFound,
-                format!("since_event_id not in this group's ledger: {id}"),
-            )
-            .with("field", "since_event_id")
-            .with("event_id", id.as_str()),
-            _ => CoreError::new(
-                ErrorCode::InvalidCursor,
-                "since_seq is beyond the ledger head",
-            )
-            .with("field", "since_seq"),
-        })?;
+    let readers = d.ledger.readers();
+    let mut cursor = readers.resolve(&gid, &since).map_err(CoreError::from)?;
+    if cursor.is_none() && matches!(since, Since::EventId(_)) {
+        if let Some(t) = &ts {
+            cursor = readers.resolve(&gid, t).map_err(CoreError::from)?;
+        }
+    }
+    let cursor = cursor.ok_or_else(|| match &since {
+        Since::EventId(id) => CoreError::new(
+            ErrorCode::EventNotFound,
+            format!("since_event_id not in this group's ledger: {id}"),
+        )
+        .with("field", "since_event_id")
+        .with("event_id", id.as_str()),
+        _ => CoreError::new(
+            ErrorCode::InvalidCursor,
+            "since_seq is beyond the ledger head",
+        )
+        .with("field", "since_seq"),
+    })?;
     let kinds = a.str_list("kinds")?.unwrap_or_default();
     if kinds.iter().any(|k| k.is_empty()) {
         return Err(CoreError::invalid("kinds must be non-empty strings").with("field", "kinds"));
