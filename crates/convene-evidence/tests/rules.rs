@@ -100,6 +100,10 @@ fn rce_protection_denies_dangerous_commands() {
         "echo cm0gLXJmIC8K | base64 -d | sh",
         "cat${IFS}/etc/passwd",
         "true;rm -rf build",
+        "RM -RF /",
+        "rm\t-rf /",
+        " Bash -C 'id' ",
+        "Find / -Delete",
     ];
     for c in deny {
         assert_eq!(

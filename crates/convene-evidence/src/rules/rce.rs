@@ -1,6 +1,6 @@
 //! `rce_protection`: destructive or shell-spawning command payloads.
 
-use super::{prefilter, strings, Rule, RuleContext, RuleOutcome};
+use super::{strings, Rule, RuleContext, RuleOutcome};
 use aho_corasick::AhoCorasick;
 use std::sync::OnceLock;
 
@@ -121,16 +121,32 @@ impl Rule for RceProtection {
     fn evaluate(&self, ctx: &RuleContext<'_>) -> RuleOutcome {
         let mut all = Vec::new();
         strings(&ctx.cmd.params, None, &mut all);
+        // ASCII case-insensitive, so it reads a string that needs no whitespace folding
+        // as it is, without the lower-cased copy.
         static AC: OnceLock<Option<AhoCorasick>> = OnceLock::new();
-        let ac = prefilter(
-            &AC,
-            RCE_PATTERNS
-                .iter()
-                .map(|(p, _)| *p)
-                .chain(FIND_TRIGGERS.iter().copied()),
-        );
+        let ac = AC
+            .get_or_init(|| {
+                AhoCorasick::builder()
+                    .ascii_case_insensitive(true)
+                    .build(
+                        RCE_PATTERNS
+                            .iter()
+                            .map(|(p, _)| *p)
+                            .chain(FIND_TRIGGERS.iter().copied()),
+                    )
+                    .ok()
+            })
+            .as_ref();
         let mut norm = String::new();
         for (_, s) in all {
+            // Folding would change nothing: single spaces only, none at either end.
+            let plain = !s.contains(|c: char| c.is_whitespace() && c != ' ')
+                && !s.contains("  ")
+                && !s.starts_with(' ')
+                && !s.ends_with(' ');
+            if plain && ac.is_some_and(|ac| !ac.is_match(s)) {
+                continue;
+            }
             // Collapse whitespace runs so "rm   -rf  /" cannot dodge the match.
             norm.clear();
             for w in s.split_whitespace() {

@@ -164,17 +164,17 @@ impl SsrfProtection {
     /// `endpoint`, `proxy`...): its value is read as `host[:port][/path]` even without a
     /// scheme ("169.254.169.254", "metadata.google.internal", "10.0.0.5:5432").
     fn check_host_field(key: &str, value: &str) -> Option<String> {
-        let k = key.to_ascii_lowercase();
-        let last = k.rsplit(['_', '-', '.']).next().unwrap_or("");
-        if !HOST_KEYS.contains(&last) && !HOST_KEYS.contains(&k.as_str()) {
+        let last = key.rsplit(['_', '-', '.']).next().unwrap_or("");
+        let named = |n: &str| HOST_KEYS.iter().any(|h| h.eq_ignore_ascii_case(n));
+        if !named(last) && !named(key) {
             return None;
         }
-        let v = value.trim().to_ascii_lowercase();
+        let v = value.trim();
         if v.contains(char::is_whitespace) || v.contains("://") {
             // Free text or a URL with a scheme: the token scan sees those.
             return None;
         }
-        Self::check_authority(v.trim_start_matches(['/', '\\']))
+        Self::check_authority(v.to_ascii_lowercase().trim_start_matches(['/', '\\']))
     }
 }
 
@@ -294,6 +294,10 @@ fn percent_decode(s: &str) -> String {
 
 /// Parse a numeric IPv4 host the way `inet_aton` does (1-4 parts, decimal/0x hex/0 octal).
 fn inet_aton(h: &str) -> Option<u32> {
+    // Every form starts with a digit ("0x..." included); names never parse.
+    if !h.bytes().next().is_some_and(|b| b.is_ascii_digit()) {
+        return None;
+    }
     let parts: Vec<&str> = h.split('.').collect();
     if parts.is_empty() || parts.len() > 4 {
         return None;
