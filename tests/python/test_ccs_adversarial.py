@@ -241,6 +241,8 @@ def test_ccs_11_4_chain_seal_proves_where_the_chain_ends(w):
         return json.loads(ev("chain", "verify", "--chain", str(path), *key, *extra, check=rc).stdout)
 
     ev("chain", "build", "--out", str(c), *map(str, hops))
+    # A clock that is not a number would pass every freshness comparison: a usage error.
+    ev("chain", "verify", "--chain", str(c), *key, "--now", "nan", check=2)
     # Unsealed: every link verifies, but nothing says hop 2 is the end.
     assert check(c, rc=0)["sealed"] is False
     assert "not sealed" in check(c, "--require-seal", rc=1)["failure_reason"]

@@ -385,6 +385,19 @@ fn trust_from(
     Ok((ts, Some(k)))
 }
 
+/// `--now T` (seconds since the epoch), if given. A clock that is not a finite number would
+/// pass every freshness comparison (NaN), so it is a usage error.
+fn now_flag(a: &Args) -> Result<Option<f64>, Fail> {
+    a.get("now")
+        .map(|t| {
+            t.parse::<f64>()
+                .ok()
+                .filter(|t| t.is_finite())
+                .ok_or_else(|| Fail::Usage("bad --now (seconds since the epoch)".into()))
+        })
+        .transpose()
+}
+
 fn verify(a: &Args) -> Result<i32, Fail> {
     // A file that is not JSON is a receipt that does not verify (exit 1, SIGNATURE_INVALID),
     // like JSON that is not a receipt; only a file that cannot be read is an I/O error.
@@ -419,15 +432,7 @@ fn verify(a: &Args) -> Result<i32, Fail> {
         Some(_) => (String::new(), Value::Null),
         None => (a.req("tool")?.to_string(), read_json(a.req("params")?)?),
     };
-    let now = match a.get("now") {
-        // A clock that is not a number would pass every freshness comparison (NaN).
-        Some(t) => t
-            .parse::<f64>()
-            .ok()
-            .filter(|t| t.is_finite())
-            .ok_or_else(|| Fail::Usage("bad --now (seconds since the epoch)".into()))?,
-        None => now_unix(),
-    };
+    let now = now_flag(a)?.unwrap_or_else(now_unix);
     let outcome = match &parsed {
         Err(_) => Err(e.reject_unparsed(&field("trace_id"), &issuer, now)),
         Ok(r) => match &request {

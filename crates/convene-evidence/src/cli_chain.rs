@@ -4,7 +4,8 @@
 //! why); 2 usage; 5 a file could not be read or written.
 
 use super::{
-    load_key, read_json, receipt_of, trust_from, write_out, Args, Fail, EXIT_OK, EXIT_REJECTED,
+    load_key, now_flag, read_json, receipt_of, trust_from, write_out, Args, Fail, EXIT_OK,
+    EXIT_REJECTED,
 };
 use crate::chain::EvidenceChain;
 use crate::error::EvidenceError;
@@ -45,10 +46,7 @@ fn verify(a: &Args) -> Result<i32, Fail> {
     let c: EvidenceChain = serde_json::from_value(read_json(a.req("chain")?)?)?;
     let hint = c.receipts.first().map(|e| e.receipt.issuer.clone());
     let (ts, _) = trust_from(a, hint.as_deref())?;
-    let now = match a.get("now") {
-        Some(t) => Some(t.parse().map_err(|_| Fail::Usage("bad --now".into()))?),
-        None => None,
-    };
+    let now = now_flag(a)?;
     let mut res = match a.get("mode").unwrap_or("full") {
         "full" => c.verify_full(&ts, now),
         "spot" => {
@@ -97,14 +95,7 @@ fn seal(a: &Args) -> Result<i32, Fail> {
         .unwrap_or(VerifierSettings::default().issuer);
     let hint = c.receipts.first().map(|e| e.receipt.issuer.clone());
     let (ts, _) = trust_from(a, hint.as_deref())?;
-    let now = match a.get("now") {
-        Some(t) => t
-            .parse::<f64>()
-            .ok()
-            .filter(|t| t.is_finite())
-            .ok_or_else(|| Fail::Usage("bad --now".into()))?,
-        None => now_unix(),
-    };
+    let now = now_flag(a)?.unwrap_or_else(now_unix);
     // An old seal says nothing about what is attested now.
     c.seal = None;
     let res = c.verify_full(&ts, None);
