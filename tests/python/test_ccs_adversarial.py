@@ -131,6 +131,12 @@ def test_ccs_12_3_3_signature_in_another_encoding_is_an_altered_receipt(w):
     verify(w, r, "ok-3", check=0)
 
 
+def test_ccs_6_9_issue_refuses_a_lifetime_that_is_not_a_positive_number(w):
+    for bad in ("nan", "inf", "-60", "0"):
+        issue(w, f"ttl-{bad}", "search_web", {"query": "weather"}, "--ttl", bad, check=2)
+        assert not (w / f"ttl-{bad}.r.json").exists()
+
+
 def test_ccs_6_13_verify_refuses_a_clock_that_is_not_a_number(w):
     r = issue(w, "ok-4", "search_web", {"query": "weather"})
     for bad in ("nan", "NaN", "inf", "-inf"):

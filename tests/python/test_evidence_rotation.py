@@ -85,6 +85,11 @@ def test_rotation_refusals_and_exit_codes(tmp_path):
     assert key.read_text() == before
     ev("rotate", "bogus", "--key", str(key), check=2)
     ev("rotate", "announce", "--key", str(key), "--ttl", "soon", check=2)
+    # A lifetime that is not a positive number would make the 2x overlap check always pass
+    # (NaN compares false), so cutover could follow at once.
+    for bad in ("nan", "inf", "-3600", "0"):
+        ev("rotate", "announce", "--key", str(key), "--ttl", bad, check=2)
+    assert key.read_text() == before
     # Announced for 1 h receipts: cutover is refused until 2 h of dual-signing (CCS-7.3-2).
     a = out("rotate", "announce", "--key", str(key), "--ttl", "3600")
     assert a["cutover_not_before"] == pytest.approx(a["dual_sign_since"] + 7200)

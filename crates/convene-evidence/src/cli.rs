@@ -280,10 +280,7 @@ fn build_verifier(a: &Args, mode: DeploymentMode) -> Result<Verifier, Fail> {
         Some(Rotation::DualSign { ttl_secs, .. }) => Some(*ttl_secs),
         _ => None,
     };
-    let ttl = match a.get("ttl") {
-        Some(t) => t.parse().map_err(|_| Fail::Usage("bad --ttl".into()))?,
-        None => overlap_ttl.unwrap_or(d.ttl_secs),
-    };
+    let ttl = ttl_flag(a)?.or(overlap_ttl).unwrap_or(d.ttl_secs);
     if overlap_ttl.is_some_and(|o| ttl > o) {
         return Err(Fail::Usage(format!(
             "--ttl {ttl} exceeds the {} s the rotation in progress was announced for",
@@ -383,6 +380,19 @@ fn trust_from(
     let pk = base64::engine::general_purpose::STANDARD.encode(k.public().to_bytes());
     ts.enroll(&issuer, &pk, &k.fingerprint())?;
     Ok((ts, Some(k)))
+}
+
+/// `--ttl SECS`, if given: a positive, finite number (a NaN lifetime would pass every
+/// freshness and rotation-overlap comparison).
+fn ttl_flag(a: &Args) -> Result<Option<f64>, Fail> {
+    a.get("ttl")
+        .map(|t| {
+            t.parse::<f64>()
+                .ok()
+                .filter(|t| t.is_finite() && *t > 0.0)
+                .ok_or_else(|| Fail::Usage("bad --ttl (a positive number of seconds)".into()))
+        })
+        .transpose()
 }
 
 /// `--now T` (seconds since the epoch), if given. A clock that is not a finite number would

@@ -4,7 +4,9 @@
 //! phase's waiting time has not elapsed (the JSON answer says from when it is allowed);
 //! 2 usage; 5 the key file could not be read or written.
 
-use super::{load_key, load_key_file, manifest_for, write_out, Args, Fail, EXIT_OK, EXIT_REJECTED};
+use super::{
+    load_key, load_key_file, manifest_for, ttl_flag, write_out, Args, Fail, EXIT_OK, EXIT_REJECTED,
+};
 use crate::issuer::{now_unix, VerifierSettings};
 use crate::keys::{KeyFile, KeyMaterial};
 use crate::rotation::{self, Refused, Rotation};
@@ -63,10 +65,7 @@ fn announce_args(a: &Args) -> Result<(KeyMaterial, f64), Fail> {
         Some(p) => load_key(p)?,
         None => KeyMaterial::generate(None),
     };
-    let ttl = match a.get("ttl") {
-        Some(t) => t.parse().map_err(|_| Fail::Usage("bad --ttl".into()))?,
-        None => VerifierSettings::default().ttl_secs,
-    };
+    let ttl = ttl_flag(a)?.unwrap_or(VerifierSettings::default().ttl_secs);
     Ok((next, ttl))
 }
 

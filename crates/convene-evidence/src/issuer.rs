@@ -234,6 +234,14 @@ impl Verifier {
                 "issuer and audience must be URIs".into(),
             ));
         }
+        // A NaN or infinite lifetime makes every freshness and overlap comparison pass.
+        let ttl_ok = settings.ttl_secs.is_finite() && settings.ttl_secs > 0.0;
+        let skew_ok = settings.max_clock_skew.is_finite() && settings.max_clock_skew >= 0.0;
+        if !(ttl_ok && skew_ok) {
+            return Err(EvidenceError::Invalid(
+                "ttl must be a positive number of seconds and clock skew a non-negative one".into(),
+            ));
+        }
         let (manifest, config, config_hash) = Self::bind_config(&settings, &keys, None, &rules)?;
         Ok(Self {
             settings,

@@ -182,3 +182,23 @@ fn ccs_6_7_issue_for_refuses_an_audience_that_is_not_an_absolute_uri() {
     let r = v.issue_for(&i, "urn:convene:executor-2").unwrap().receipt;
     assert_eq!(r.audience, "urn:convene:executor-2");
 }
+
+#[test]
+fn ccs_6_9_a_verifier_refuses_a_lifetime_or_skew_that_is_not_a_number() {
+    for (ttl, skew) in [
+        (f64::NAN, 30.0),
+        (f64::INFINITY, 30.0),
+        (0.0, 30.0),
+        (60.0, f64::NAN),
+    ] {
+        let s = VerifierSettings {
+            ttl_secs: ttl,
+            max_clock_skew: skew,
+            ..VerifierSettings::default()
+        };
+        assert!(
+            Verifier::new(s, KeyMaterial::generate(None), default_rules()).is_err(),
+            "ttl {ttl} skew {skew}"
+        );
+    }
+}
