@@ -137,6 +137,22 @@ def test_ccs_6_9_issue_refuses_a_lifetime_that_is_not_a_positive_number(w):
         assert not (w / f"ttl-{bad}.r.json").exists()
 
 
+def test_ccs_4_4_a_policy_floor_is_enforced_and_a_rule_set_cannot_be_empty(w):
+    # A floor given without naming its rule is still enforced: a configuration that binds a
+    # floor no rule checks would tell consumers of a check that never ran.
+    r = issue(w, "floor-1", "search_web", {"query": "weather"}, "--policy-floor", "mcp-mtls", check=3,
+              runtime_context={"server_profile": "mcp-tls-1.3"})
+    r = json.loads(r.read_text())
+    assert r["verdict"] == "deny" and r["block_reason"] == "policy_floor_violation"
+    assert r["rule_summary"].endswith("policy_floor=deny")
+    # Settings that cannot be right are usage errors (exit 2), with nothing issued.
+    for extra in (["--rules", ""], ["--rules", " , "], ["--rules", "ssrf_protection,ssrf_protection"],
+                  ["--policy-floor", "mcp-tls-9"], ["--issuer", "not a uri"]):
+        name = f"bad-{len(list(w.iterdir()))}"
+        issue(w, name, "search_web", {"query": "weather"}, *extra, check=2)
+        assert not (w / f"{name}.r.json").exists()
+
+
 def test_ccs_6_13_verify_refuses_a_clock_that_is_not_a_number(w):
     r = issue(w, "ok-4", "search_web", {"query": "weather"})
     for bad in ("nan", "NaN", "inf", "-inf"):

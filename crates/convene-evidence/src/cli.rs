@@ -257,17 +257,45 @@ fn keygen(a: &Args) -> Result<i32, Fail> {
     Ok(EXIT_OK)
 }
 
+/// The rule set of `--rules` (default: the three built-ins). A `--policy-floor` brings the
+/// `policy_floor` rule along: a floor bound into the configuration but enforced by no rule
+/// would tell consumers of a check that never ran. An empty or repeated list and an unknown
+/// floor profile are usage errors (an empty rule set would allow everything).
 fn rules_from(a: &Args) -> Result<Vec<Box<dyn Rule>>, Fail> {
-    let names = a
+    let floor = a.get("policy-floor");
+    if let Some(f) = floor {
+        if crate::config::profile_rank(f).is_none() {
+            return Err(Fail::Usage(format!(
+                "unknown --policy-floor {f} (one of {})",
+                crate::config::PROFILE_ORDER.join(", ")
+            )));
+        }
+    }
+    let mut names: Vec<&str> = a
         .get("rules")
-        .unwrap_or("ssrf_protection,rce_protection,credential_leak");
-    names
+        .unwrap_or("ssrf_protection,rce_protection,credential_leak")
         .split(',')
+        .map(str::trim)
         .filter(|n| !n.is_empty())
-        .map(|n| {
-            builtin(n, a.get("policy-floor"))
-                .ok_or_else(|| Fail::Usage(format!("unknown rule {n}")))
-        })
+        .collect();
+    if names.is_empty() {
+        return Err(Fail::Usage(
+            "--rules names no rule: a verifier without rules would allow every call".into(),
+        ));
+    }
+    if let Some(dup) = names
+        .iter()
+        .enumerate()
+        .find_map(|(i, n)| names[..i].contains(n).then_some(*n))
+    {
+        return Err(Fail::Usage(format!("rule {dup} named twice in --rules")));
+    }
+    if floor.is_some() && !names.contains(&"policy_floor") {
+        names.push("policy_floor");
+    }
+    names
+        .into_iter()
+        .map(|n| builtin(n, floor).ok_or_else(|| Fail::Usage(format!("unknown rule {n}"))))
         .collect()
 }
 
@@ -296,7 +324,11 @@ fn build_verifier(a: &Args, mode: DeploymentMode) -> Result<Verifier, Fail> {
         challenge_policy: ChallengePolicy::default(),
         ..d
     };
-    let mut v = Verifier::new(settings, keys, rules_from(a)?)?;
+    // Settings the verifier refuses (issuer or audience not a URI) are the caller's to fix.
+    let mut v = Verifier::new(settings, keys, rules_from(a)?).map_err(|e| match e {
+        EvidenceError::Invalid(m) => Fail::Usage(m),
+        other => other.into(),
+    })?;
     if let Some((n, since)) = next {
         v = v.with_next_key_since(n, since)?;
     }
