@@ -235,6 +235,15 @@ impl Verifier {
             ));
         }
         // A NaN or infinite lifetime makes every freshness and overlap comparison pass.
+        // No rules allow every call; a floor no rule enforces is a check that never runs.
+        if rules.is_empty()
+            || (settings.policy_floor.is_some()
+                && !rules.iter().any(|r| r.name() == "policy_floor"))
+        {
+            return Err(EvidenceError::Invalid(
+                "a verifier needs rules, and a policy floor needs the policy_floor rule".into(),
+            ));
+        }
         let ttl_ok = settings.ttl_secs.is_finite() && settings.ttl_secs > 0.0;
         let skew_ok = settings.max_clock_skew.is_finite() && settings.max_clock_skew >= 0.0;
         if !(ttl_ok && skew_ok) {

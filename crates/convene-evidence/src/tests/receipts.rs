@@ -202,3 +202,17 @@ fn ccs_6_9_a_verifier_refuses_a_lifetime_or_skew_that_is_not_a_number() {
         );
     }
 }
+
+#[test]
+fn ccs_4_4_a_verifier_needs_rules_and_a_floor_needs_its_rule() {
+    let k = KeyMaterial::generate(None);
+    assert!(Verifier::new(VerifierSettings::default(), k.clone(), Vec::new()).is_err());
+    let floored = VerifierSettings {
+        policy_floor: Some("mcp-tls-1.2".into()),
+        ..VerifierSettings::default()
+    };
+    assert!(Verifier::new(floored.clone(), k.clone(), default_rules()).is_err());
+    let mut rules = default_rules();
+    rules.push(crate::rules::builtin("policy_floor", Some("mcp-tls-1.2")).unwrap());
+    assert!(Verifier::new(floored, k, rules).is_ok());
+}
