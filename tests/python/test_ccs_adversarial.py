@@ -383,6 +383,17 @@ def issue_via(sock: Path, params: dict, tool: str = "http_get") -> dict:
     return ask(sock, (json.dumps(req) + "\n").encode())[0]
 
 
+def test_ccs_6_7_served_issue_refuses_an_audience_that_is_not_a_uri(served):
+    for aud in ("executor", "https://a b", 7):
+        req = {"op": "issue", "intake": intake("search_web", {"q": "x"}, "aud"), "audience": aud}
+        got = ask(served, (json.dumps(req) + "\n").encode())[0]
+        assert got["ok"] is False and "bundle" not in got, (aud, got)
+        assert got["error"]["error_code"] == "INTAKE_MALFORMED", (aud, got)
+    req = {"op": "issue", "intake": intake("search_web", {"q": "x"}, "aud"), "audience": "urn:x:executor"}
+    got = ask(served, (json.dumps(req) + "\n").encode())[0]
+    assert got["ok"] is True and got["bundle"]["receipt"]["audience"] == "urn:x:executor"
+
+
 def test_ccs_3_2_5_oversize_request_line_is_overflow_and_its_tail_is_not_served(served):
     tail = json.dumps({"op": "issue", "intake": intake("search_web", {"q": "smuggled"}, "tail")}) + "\n"
     head = json.dumps({"op": "issue", "intake": intake("search_web", {"q": "x" * (300 * 1024)}, "big")})

@@ -26,9 +26,16 @@ pub fn handle(v: &Verifier, req: &Value) -> Value {
                 return json!({"ok": false, "error": {"error_code": "INTAKE_MALFORMED",
                     "error_message": "missing intake", "retry_after": null, "trace_id": null}});
             };
-            let r = match req.get("audience").and_then(Value::as_str) {
-                Some(a) => v.issue_for(i, a),
-                None => v.issue(i),
+            let r = match req.get("audience") {
+                None | Some(Value::Null) => v.issue(i),
+                Some(Value::String(a)) => v.issue_for(i, a),
+                // Not silently the default audience: the caller named one we cannot read.
+                Some(_) => {
+                    return json!({"ok": false, "error": {"error_code": "INTAKE_MALFORMED",
+                        "error_message": "audience must be an absolute URI",
+                        "retry_after": null,
+                        "trace_id": i.get("trace_id").and_then(Value::as_str)}})
+                }
             };
             match r.map(|x| x.bundle()) {
                 Ok(Ok(b)) => json!({"ok": true, "bundle": b}),
