@@ -394,6 +394,16 @@ def test_ccs_6_7_served_issue_refuses_an_audience_that_is_not_a_uri(served):
     assert got["ok"] is True and got["bundle"]["receipt"]["audience"] == "urn:x:executor"
 
 
+def test_ccs_3_4_every_refusal_of_the_socket_has_the_error_object_fields(served):
+    reqs = [{"op": "nope"}, {"op": "finalize"}, {"op": "finalize", "receipt": {"x": 1}, "response": {}},
+            {"op": "issue"}, {"no_op": True}]
+    for req in reqs:
+        got = ask(served, (json.dumps(req) + "\n").encode())[0]
+        assert got["ok"] is False, (req, got)
+        assert set(got["error"]) == {"error_code", "error_message", "retry_after", "trace_id"}, (req, got)
+        assert got["error"]["error_message"], (req, got)
+
+
 def test_ccs_3_2_5_oversize_request_line_is_overflow_and_its_tail_is_not_served(served):
     tail = json.dumps({"op": "issue", "intake": intake("search_web", {"q": "smuggled"}, "tail")}) + "\n"
     head = json.dumps({"op": "issue", "intake": intake("search_web", {"q": "x" * (300 * 1024)}, "big")})

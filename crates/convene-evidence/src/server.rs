@@ -54,9 +54,17 @@ pub fn handle(v: &Verifier, req: &Value) -> Value {
             match (parsed, req.get("response")) {
                 (Some(r), Some(resp)) => match v.finalize(&r, resp).and_then(|f| f.to_value()) {
                     Ok(f) => json!({"ok": true, "receipt": f}),
-                    Err(_) => json!({"ok": false, "error": {"error_code": "REJECTED"}}),
+                    Err(_) => refusal(
+                        "REJECTED",
+                        "the receipt cannot be finalized by this verifier",
+                        Some(&r.trace_id),
+                    ),
                 },
-                _ => json!({"ok": false, "error": {"error_code": "MALFORMED"}}),
+                _ => refusal(
+                    "MALFORMED",
+                    "finalize needs a receipt issued by this verifier and a response",
+                    None,
+                ),
             }
         }
         Some("public") => json!({
@@ -68,8 +76,19 @@ pub fn handle(v: &Verifier, req: &Value) -> Value {
             "config_hash": v.config_hash(),
             "manifest": v.manifest(),
         }),
-        _ => json!({"ok": false, "error": {"error_code": "MALFORMED"}}),
+        _ => refusal(
+            "MALFORMED",
+            "unknown op: one of issue, finalize, public",
+            None,
+        ),
     }
+}
+
+/// An error answer with the §3.4 fields (`error_code`, `error_message`, `retry_after`,
+/// `trace_id`), like intake errors, so clients parse one shape.
+fn refusal(code: &str, message: &str, trace_id: Option<&str>) -> Value {
+    json!({"ok": false, "error": {"error_code": code, "error_message": message,
+        "retry_after": null, "trace_id": trace_id}})
 }
 
 fn serve_conn(v: &LiveVerifier, stream: UnixStream) -> std::io::Result<()> {
