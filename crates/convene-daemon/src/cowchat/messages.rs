@@ -393,7 +393,7 @@ async fn seq_of(readers: &Arc<Readers>, gid: &str, id: &str) -> Result<u64, Wire
 }
 
 /// `get_history`: without a lower bound, the newest `limit` messages (before `before`);
-/// with `since` (a message id) or `since_seq`, the oldest `limit` messages after it (and
+/// with `since` (a message id) or `since_seq` (not both), the oldest `limit` messages after it (and
 /// before `before`, when both are given). Always
 /// oldest first. Returns the whole `ok` frame line answering `reply_to`, written in one
 /// buffer (a page of 10,000 messages is ~2.5 MB: it is not copied again).
@@ -403,6 +403,7 @@ pub(super) async fn get_history(
     reply_to: Option<&Value>,
 ) -> Result<Vec<u8>, WireError> {
     let h: GetHistory = parse(payload)?;
+    h.validate()?;
     check_reader(s, &h.room_id)?;
     let limit = h
         .limit
@@ -421,7 +422,7 @@ pub(super) async fn get_history(
         Some(_) => return Err(WireError::payload("before must be a seq or a message id")),
     };
     let after = match (h.since_seq, &h.since) {
-        (Some(n), _) => Some(n),
+        (Some(n), _) => Some(n), // beside a non-empty `since`: refused by `validate`
         (None, Some(id)) if !id.is_empty() => Some(seq_of(&readers, &gid, id).await?),
         _ => None,
     };
