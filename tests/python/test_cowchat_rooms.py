@@ -477,3 +477,45 @@ def test_a_connection_of_an_agent_that_left_and_joined_again_elsewhere_gets_push
     assert "while away" not in shown
     for c in (listen, cli, peer):
         c.close()
+
+
+def test_the_turn_token_follows_ledger_order_when_members_send_at_once(cow):
+    """Rule 2 is 'the member after the sender of the latest message'. When members send at
+    the same instant, the token must end after the sender of the message the ledger holds
+    last, not after whichever answer happened to be handled last."""
+    import threading
+
+    names = ["a", "b", "c"]
+    conns = {n: CC(cow.cowchat_unix) for n in names}
+    for n, c in conns.items():
+        reg(c, n)
+    room = conns["a"].ok("create_room", {"name": "race", "public": True})["room_id"]
+    for n in names:
+        conns[n].ok("join_room", {"room_id": room})
+    wrong = []
+    for rnd in range(150):
+        gate = threading.Barrier(len(names))
+        errs: list = []
+
+        def send(n: str) -> None:
+            try:
+                gate.wait()
+                conns[n].ok("send_message", {"room_id": room, "content": f"{rnd}-{n}"})
+            except Exception as e:  # noqa: BLE001 - reported below
+                errs.append(e)
+
+        ts = [threading.Thread(target=send, args=(n,)) for n in names]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        assert not errs, errs
+        # A non-send frame waits until the connection's earlier sends (and their turn moves)
+        # are done: after one per connection, every move of this round has been applied.
+        infos = [conns[n].ok("room_info", {"room_id": room}) for n in names]
+        last = conns["a"].ok("get_history", {"room_id": room, "limit": 1})["messages"][-1]
+        want = names[(names.index(last["agent_id"]) + 1) % len(names)]
+        got = conns["a"].ok("room_info", {"room_id": room})["current_turn_holder"]
+        if got != want:
+            wrong.append((rnd, last["content"], got, want, infos[-1]["current_turn_holder"]))
+    assert not wrong, wrong

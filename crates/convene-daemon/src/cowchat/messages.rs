@@ -291,8 +291,8 @@ pub(super) fn message_command(
     })
 }
 
-/// A turn-token move owed after an answer is queued: (room, sender).
-pub(super) type TurnMove = Option<(String, String)>;
+/// A turn-token move owed after an answer is queued: (room, sender, the message's seq).
+pub(super) type TurnMove = Option<(String, String, u64)>;
 
 /// The `ok` payload (the Message) of a committed send, and the turn move it causes (applied
 /// by the caller after the answer, so the sender sees its answer first).
@@ -300,7 +300,7 @@ pub(super) fn sent_payload(c: crate::ledger::Committed) -> Result<(Vec<u8>, Turn
     // A fresh message: its rendering is made here once and shared with every push of it.
     if let (None, Some(fe), Some((ev, _))) = (&c.existing, c.feed.first(), c.events.first()) {
         if let Some(Some(m)) = push::message_memo(fe) {
-            let turn = (m.ftype != "thinking").then(|| (ev.group_id.clone(), m.by.clone()));
+            let turn = (m.ftype != "thinking").then(|| (ev.group_id.clone(), m.by.clone(), ev.seq));
             return Ok((m.message.clone(), turn));
         }
     }
@@ -311,8 +311,9 @@ pub(super) fn sent_payload(c: crate::ledger::Committed) -> Result<(Vec<u8>, Turn
     };
     let st = Stored::parse(&json)
         .ok_or_else(|| WireError::new(ErrorCode::Internal, "unreadable stored message"))?;
+    let seq = c.events.first().map(|(e, _)| e.seq).unwrap_or(0);
     let turn = (c.existing.is_none() && !st.is_thinking())
-        .then(|| (st.room().to_string(), st.by.to_string()));
+        .then(|| (st.room().to_string(), st.by.to_string(), seq));
     let mut out = Vec::with_capacity(json.len() + 64);
     st.write_message(&mut out);
     Ok((out, turn))
@@ -320,8 +321,8 @@ pub(super) fn sent_payload(c: crate::ledger::Committed) -> Result<(Vec<u8>, Turn
 
 /// Applies a turn move owed by a send.
 pub(super) fn apply_turn(face: &Face, t: TurnMove) {
-    if let Some((room, by)) = t {
-        live::turn_event(face, &room, &by, "message_sent");
+    if let Some((room, by, seq)) = t {
+        live::turn_sent(face, &room, &by, seq);
     }
 }
 

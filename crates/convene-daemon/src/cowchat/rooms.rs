@@ -403,7 +403,11 @@ async fn destroy(face: &Face, gid: &str) -> Result<Option<After>, WireError> {
         })
         .await
         .map_err(wire)?;
-    face.live.lock().turns.remove(gid);
+    {
+        let mut live = face.live.lock();
+        live.turns.remove(gid);
+        live.turn_seqs.remove(gid);
+    }
     face.coord.state.lock().forget_room(gid);
     Ok(Some(After::Push(
         outs,
