@@ -357,6 +357,7 @@ pub(in crate::cowchat) async fn subscribe(
         retry_at_ms: None,
         created_at: convene_core::event::format_ts(time::OffsetDateTime::now_utc()),
         key_sha256: session_key(s).as_deref().map(super::keys::fingerprint),
+        generation: 0,
     };
     let row = sub.clone();
     let n = h
