@@ -156,6 +156,7 @@ pub(super) async fn start(face: &Arc<Face>) {
             return;
         }
     }
+    votes::reconcile_departed(face, None).await;
     votes::arm_all(face);
     elections::arm_all(face);
 }
@@ -208,6 +209,8 @@ pub(crate) async fn import(face: &Arc<Face>, group_id: String, events: Vec<Value
         }
         (known, before)
     };
+    // `arm_room` closes the votes this settled.
+    votes::reconcile_locked(face, Some(&group_id)).await;
     votes::arm_room(face, &group_id, &known_votes);
     elections::arm_room(face, &group_id, election_before.as_deref());
     Ok(c)
