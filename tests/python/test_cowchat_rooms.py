@@ -519,3 +519,18 @@ def test_the_turn_token_follows_ledger_order_when_members_send_at_once(cow):
         if got != want:
             wrong.append((rnd, last["content"], got, want, infos[-1]["current_turn_holder"]))
     assert not wrong, wrong
+
+
+def test_a_parent_given_by_name_is_stored_as_its_room_id(cow):
+    """`create_room` resolves `parent_id` like every room reference (an id, or a name among
+    the rooms the key can see). The sub-room must record the parent's id: a name stored as
+    given left the sub-room out of `list_rooms(parent_id)` and the parent's `sub_rooms`."""
+    a = CC(cow.cowchat_unix)
+    reg(a, "alice")
+    parent = a.ok("create_room", {"name": "general"})["room_id"]
+    child = a.ok("create_room", {"name": "child", "parent_id": "general"})
+    assert child["parent_id"] == parent, child
+    assert [r["room_id"] for r in a.ok("list_rooms", {"parent_id": parent})["rooms"]] == [child["room_id"]]
+    a.ok("join_room", {"room_id": parent})
+    info = a.ok("room_info", {"room_id": parent})
+    assert [r["room_id"] for r in info["sub_rooms"]] == [child["room_id"]], info

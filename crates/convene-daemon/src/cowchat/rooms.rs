@@ -202,7 +202,7 @@ pub(super) async fn create_room(
     let face = s.face.clone();
     let max = s.limits().rooms_per_key;
     let _one_at_a_time = face.rooms_lock.lock().await;
-    {
+    let parent_id = {
         let eng = face.d.ledger.engine();
         // Only a room this key can see takes the name: refusing for another key's private
         // room would tell the caller that it exists.
@@ -212,17 +212,24 @@ pub(super) async fn create_room(
                 format!("a room named {name} exists"),
             ));
         }
-        if let Some(p) = &c.parent_id {
-            resolve_visible(
-                &face,
-                &eng,
-                &RoomRef {
-                    room_id: Some(p.clone()),
-                    name: None,
-                },
-                &s.principal,
-            )?;
-        }
+        // Stored as the parent's id even when it was given by name, so the sub-room is
+        // found under that id (`list_rooms`, `sub_rooms`).
+        let parent_id = match &c.parent_id {
+            Some(p) => Some(
+                resolve_visible(
+                    &face,
+                    &eng,
+                    &RoomRef {
+                        room_id: Some(p.clone()),
+                        name: None,
+                    },
+                    &s.principal,
+                )?
+                .group_id
+                .clone(),
+            ),
+            None => None,
+        };
         let owned = face.names.owned_by(&eng, &s.principal);
         if owned >= max {
             return Err(WireError::new(
@@ -230,9 +237,10 @@ pub(super) async fn create_room(
                 format!("this API key owns {owned} rooms (limit {max})"),
             ));
         }
-    }
+        parent_id
+    };
     let attrs = Attrs {
-        parent_id: c.parent_id.clone(),
+        parent_id,
         created_by: Some(s.me().to_string()),
         owner: Some(s.principal.clone()),
         public: c.public.unwrap_or(false),
