@@ -644,3 +644,42 @@ def test_re_enabling_while_the_old_task_records_a_failure_starts_from_a_clean_co
     finally:
         rx.gate.set()
         d.stop()
+
+
+def test_concurrent_re_enables_leave_the_newest_task_delivering_and_recording(hooked, rx):
+    """Two `enable_subscription`s of one subscription at once: each starts a new generation
+    and a task for it, in either order. The task left running must be the newest one, whose
+    writes land: a delivery it makes moves the stored cursor."""
+    import threading
+
+    c, room = setup_room(hooked.home)
+    other = Cow(hooked.home)
+    other.register("alice-2", "alice")  # the same agent (same key) on a second connection
+    sid = subscribe(c, room, rx.url())["subscription_id"]
+    stuck = []
+    for rnd in range(150):
+        gate = threading.Barrier(2)
+
+        def enable(conn: Cow) -> None:
+            gate.wait()
+            conn.ok("enable_subscription", {"subscription_id": sid})
+
+        ts = [threading.Thread(target=enable, args=(x,)) for x in (c, other)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        m = c.post(room, f"m{rnd}")
+        rx.wait_delivered(rnd + 1)
+        deadline = time.time() + 5
+        while True:
+            s = next(x for x in c.ok("list_subscriptions")["subscriptions"] if x["subscription_id"] == sid)
+            if s["cursor_seq"] >= m["seq"]:
+                break
+            if time.time() > deadline:
+                stuck.append((rnd, s["cursor_seq"], m["seq"]))
+                break
+            time.sleep(0.02)
+        if stuck:
+            break
+    assert not stuck, stuck
