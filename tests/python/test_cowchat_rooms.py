@@ -534,3 +534,29 @@ def test_a_parent_given_by_name_is_stored_as_its_room_id(cow):
     a.ok("join_room", {"room_id": parent})
     info = a.ok("room_info", {"room_id": parent})
     assert [r["room_id"] for r in info["sub_rooms"]] == [child["room_id"]], info
+
+
+def test_the_lobby_comes_back_after_an_operator_deleted_it_and_its_name_stays_reserved(home):
+    """An operator may delete the lobby's group over the CCCS IPC. No key may then take the
+    name `lobby` for a room of its own (that room would stand in for the lobby at the next
+    start, private to that key, and every other key would have no lobby), and the next start
+    brings the system lobby back."""
+    d = start(home)
+    try:
+        a = CC(d.cowchat_unix)
+        reg(a, "alice")
+        lobby = [r for r in a.ok("list_rooms")["rooms"] if r["name"] == "lobby"][0]["room_id"]
+        assert d.raw({"v": 1, "op": "group_delete", "args": {"group_id": lobby, "by": "user"}})["ok"] is True
+        b = CC(d.cowchat_unix)
+        reg(b, "bob", auth(home, "add-key", "team-b"))
+        assert error_code(b.req("create_room", {"name": "lobby"})) == "room_name_taken"
+        mine = b.ok("create_room", {"name": "mine"})["room_id"]
+        assert error_code(b.req("rename_room", {"room_id": mine, "name": " lobby "})) == "room_name_taken"
+        d.stop()
+        d = start(home)
+        c = CC(d.cowchat_unix)
+        reg(c, "carol")
+        joined = c.ok("join_room", {"name": "lobby"})
+        assert joined["public"] is True and joined["room_id"] != lobby, joined
+    finally:
+        d.stop()

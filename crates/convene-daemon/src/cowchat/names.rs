@@ -75,7 +75,9 @@ pub(super) fn room_name(g: &Group) -> Option<&str> {
 
 impl Directory {
     /// The room named `name` in `eng` (held by the caller's read guard); of several rooms
-    /// with one name, the earliest created, as a scan in creation order would find.
+    /// with one name, the earliest created, as a scan in creation order would find (the
+    /// face looks names up among the rooms a key can see: [`Directory::named`]).
+    #[cfg(test)]
     pub fn by_name<'a>(&self, eng: &'a Engine, name: &str) -> Option<&'a Group> {
         let mut ix = self.inner.lock();
         ix.sync(eng);

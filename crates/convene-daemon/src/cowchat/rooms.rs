@@ -154,10 +154,20 @@ fn visible_outboxes(face: &Face, eng: &Engine, g: &Group) -> Vec<Arc<super::conn
         .collect()
 }
 
-/// Makes sure the system `lobby` exists (at startup).
+/// Makes sure the system `lobby` exists (at startup): a room of that name that is not the
+/// system one (made while an operator had deleted the lobby, before the name was reserved)
+/// does not stand in for it.
 pub(super) async fn ensure_lobby(face: &Face) {
-    if face.names.by_name(&face.d.ledger.engine(), LOBBY).is_some() {
-        return;
+    {
+        let eng = face.d.ledger.engine();
+        if face
+            .names
+            .named(&eng, LOBBY)
+            .into_iter()
+            .any(|g| attrs(face, &eng, g).system)
+        {
+            return;
+        }
     }
     let attrs = Attrs {
         public: true,
@@ -205,8 +215,9 @@ pub(super) async fn create_room(
     let parent_id = {
         let eng = face.d.ledger.engine();
         // Only a room this key can see takes the name: refusing for another key's private
-        // room would tell the caller that it exists.
-        if by_name(&face, &eng, &name, &s.principal).is_some() {
+        // room would tell the caller that it exists. `lobby` is the system room's, even
+        // while an operator has deleted it.
+        if name == LOBBY || by_name(&face, &eng, &name, &s.principal).is_some() {
             return Err(WireError::new(
                 ErrorCode::RoomNameTaken,
                 format!("a room named {name} exists"),
@@ -467,7 +478,9 @@ pub(super) async fn rename_room(
             &s.principal,
         )?;
         check_owner(s, &eng, g)?;
-        if by_name(&face, &eng, &name, &s.principal).is_some_and(|o| o.group_id != g.group_id) {
+        if name == LOBBY
+            || by_name(&face, &eng, &name, &s.principal).is_some_and(|o| o.group_id != g.group_id)
+        {
             return Err(WireError::new(
                 ErrorCode::RoomNameTaken,
                 format!("a room named {name} exists"),
