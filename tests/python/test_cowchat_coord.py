@@ -395,3 +395,42 @@ def test_a_ballot_settles_the_votes_a_voter_removed_over_the_ipc_was_holding_ope
     for v, tally in ((live, [0, 2]), (waiting, [2, 0])):
         st = wait_closed(a, v["vote_id"])
         assert st["reason"] == "all_voted" and [t["count"] for t in st["tally"]] == tally, st
+
+
+def test_a_leader_removed_without_a_cleared_record_does_not_lead_after_a_restart(home):
+    """Like a voter: the leader's removal and `x.cowchat.leader.cleared` are two commits (a
+    kill -9 can fall between them) and a removal over the CCCS IPC is not seen by the face.
+    At start-up a leader that is no longer a member is cleared, so rejoining later does not
+    bring back its authority."""
+    port = free_port()
+    d = start(home, port)
+    try:
+        a, b, aid, bid, room = pair(d, "council")
+        a.ok("elect_leader", {"room_id": room})
+        b.ok("decline_election", {"room_id": room})
+        assert b.push("leader_elected")["payload"]["leader_id"] == aid
+        r = d.raw({"v": 1, "op": "actor_remove", "args": {"group_id": room, "actor_id": aid, "by": "user"}})
+        assert r["ok"] is True, r
+        d.kill9()
+        d = start(home, port)
+        a = CC(d.cowchat_unix)
+        a.register("alice", agent_id="alice")
+        a.ok("join_room", {"room_id": room})
+        assert error_code(a.req("decision", {"room_id": room, "content": "still mine"})) == "not_leader"
+        cleared = [e for e in ledger(d, room) if e["kind"] == "x.cowchat.leader.cleared"]
+        assert [(e["data"]["leader_id"], e["data"]["reason"]) for e in cleared] == [(aid, "leader left")]
+    finally:
+        d.stop()
+
+
+def test_a_leader_removed_over_the_ipc_does_not_lead_when_it_rejoins(cow):
+    a, b, aid, bid, room = pair(cow, "council")
+    a.ok("elect_leader", {"room_id": room})
+    b.ok("decline_election", {"room_id": room})
+    assert b.push("leader_elected")["payload"]["leader_id"] == aid
+    r = cow.raw({"v": 1, "op": "actor_remove", "args": {"group_id": room, "actor_id": aid, "by": "user"}})
+    assert r["ok"] is True, r
+    a.ok("join_room", {"room_id": room})
+    cleared = b.push("leader_cleared")["payload"]
+    assert cleared == {"room_id": room, "reason": "leader left", "leader_id": aid}
+    assert error_code(a.req("decision", {"room_id": room, "content": "still mine"})) == "not_leader"

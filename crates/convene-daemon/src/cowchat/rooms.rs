@@ -305,6 +305,9 @@ pub(super) async fn join_room(
         }
         g.group_id.clone()
     };
+    // Not a member, so not its leader: leadership recorded for it outlived its departure
+    // (removed over the CCCS IPC, or a crash before the clearing was recorded).
+    super::coord::clear_stale_leader(&s.face, &gid, &me).await;
     let mut spec = Map::new();
     spec.insert("actor_id".into(), json!(me));
     spec.insert("title".into(), json!(name));
