@@ -222,6 +222,23 @@ def test_get_history_limit_since_seq_before_and_room_tip(cow):
     assert error_code(a.req("get_history", {"room_id": room, "since_seq": -1})) == "invalid_payload"
 
 
+def test_get_history_refuses_since_and_since_seq_together(cow):
+    """`since` (a message id) and `since_seq` are two lower bounds; when both came, one used
+    to win silently. The pair is refused, naming both fields, whether or not they agree."""
+    a = CC(cow.cowchat_unix)
+    a.register("alice")
+    room = make_room(a)
+    sent = [a.ok("send_message", {"room_id": room, "content": f"m{i}"}) for i in range(4)]
+    for since_seq in (sent[0]["seq"], sent[2]["seq"]):
+        fr = a.req("get_history", {"room_id": room, "since": sent[2]["message_id"], "since_seq": since_seq})
+        assert error_code(fr) == "invalid_payload", fr
+        assert "since" in fr["payload"]["message"] and "since_seq" in fr["payload"]["message"], fr
+        assert fr["payload"]["details"] == {"reason": "conflicting_cursors", "fields": ["since", "since_seq"]}, fr
+    # Each alone still works; an empty `since` counts as absent, as before.
+    assert [m["content"] for m in a.ok("get_history", {"room_id": room, "since": sent[2]["message_id"]})["messages"]] == ["m3"]
+    assert [m["content"] for m in a.ok("get_history", {"room_id": room, "since": "", "since_seq": sent[1]["seq"]})["messages"]] == ["m2", "m3"]
+
+
 def test_pipelined_sends_keep_frame_order(cow):
     a = CC(cow.cowchat_unix)
     a.register("alice")

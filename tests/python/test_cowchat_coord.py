@@ -342,3 +342,95 @@ def test_a_voter_who_leaves_no_longer_holds_a_vote_open_and_is_named_in_the_resu
     st = a.ok("get_vote_status", {"vote_id": v["vote_id"]})
     assert st["status"] == "closed" and st["ballots"] == result["ballots"]
     assert cid and eid
+
+
+def test_a_voter_removed_without_a_voter_left_record_no_longer_holds_the_vote_after_a_restart(home):
+    """The member removal and its `x.cowchat.vote.voter_left` are two commits: a kill -9
+    between them, or a removal over the CCCS IPC (which the Cowchat face does not see), left
+    an open vote waiting for a voter that can never vote again, for good. At start-up the
+    open votes are reconciled with the rooms' members: the vote settles."""
+    port = free_port()
+    d = start(home, port)
+    try:
+        a, b, aid, bid, room = pair(d)
+        c = CC(d.cowchat_unix)
+        c.register("carol", agent_id="carol")
+        c.ok("join_room", {"room_id": room})
+        v = a.ok("create_vote", {"room_id": room, "title": "Pick", "options": ["A", "B"]})
+        assert v["eligible_voters"] == 3
+        a.ok("cast_vote", {"vote_id": v["vote_id"], "option_index": 0})
+        b.ok("cast_vote", {"vote_id": v["vote_id"], "option_index": 1})
+        # The same state a kill -9 right after the removal's commit leaves.
+        r = d.raw({"v": 1, "op": "actor_remove", "args": {"group_id": room, "actor_id": "carol", "by": "user"}})
+        assert r["ok"] is True, r
+        assert a.ok("get_vote_status", {"vote_id": v["vote_id"]})["status"] == "open"
+        d.kill9()
+        d = start(home, port)
+        a = CC(d.cowchat_unix)
+        a.register("alice", agent_id="alice")
+        st = wait_closed(a, v["vote_id"])
+        assert st["reason"] == "all_voted" and st["eligible_voters"] == 2, st
+        assert [t["count"] for t in st["tally"]] == [1, 1]
+        left = [e for e in ledger(d, room) if e["kind"] == "x.cowchat.vote.voter_left"]
+        assert [(e["data"]["vote_id"], e["data"]["agent_id"]) for e in left] == [(v["vote_id"], "carol")]
+    finally:
+        d.stop()
+
+
+def test_a_ballot_settles_the_votes_a_voter_removed_over_the_ipc_was_holding_open(cow):
+    """Without a restart: the next ballot in the room sees that a voter was removed over the
+    CCCS IPC, and every open vote of the room it was holding open closes."""
+    a, b, aid, bid, room = pair(cow)
+    c = CC(cow.cowchat_unix)
+    c.register("carol", agent_id="carol")
+    c.ok("join_room", {"room_id": room})
+    waiting = a.ok("create_vote", {"room_id": room, "title": "Pick", "options": ["A", "B"]})
+    live = a.ok("create_vote", {"room_id": room, "title": "Now", "options": ["A", "B"]})
+    for x in (a, b):
+        x.ok("cast_vote", {"vote_id": waiting["vote_id"], "option_index": 0})
+    a.ok("cast_vote", {"vote_id": live["vote_id"], "option_index": 1})
+    r = cow.raw({"v": 1, "op": "actor_remove", "args": {"group_id": room, "actor_id": "carol", "by": "user"}})
+    assert r["ok"] is True, r
+    assert b.ok("cast_vote", {"vote_id": live["vote_id"], "option_index": 1})["eligible_voters"] == 2
+    for v, tally in ((live, [0, 2]), (waiting, [2, 0])):
+        st = wait_closed(a, v["vote_id"])
+        assert st["reason"] == "all_voted" and [t["count"] for t in st["tally"]] == tally, st
+
+
+def test_a_leader_removed_without_a_cleared_record_does_not_lead_after_a_restart(home):
+    """Like a voter: the leader's removal and `x.cowchat.leader.cleared` are two commits (a
+    kill -9 can fall between them) and a removal over the CCCS IPC is not seen by the face.
+    At start-up a leader that is no longer a member is cleared, so rejoining later does not
+    bring back its authority."""
+    port = free_port()
+    d = start(home, port)
+    try:
+        a, b, aid, bid, room = pair(d, "council")
+        a.ok("elect_leader", {"room_id": room})
+        b.ok("decline_election", {"room_id": room})
+        assert b.push("leader_elected")["payload"]["leader_id"] == aid
+        r = d.raw({"v": 1, "op": "actor_remove", "args": {"group_id": room, "actor_id": aid, "by": "user"}})
+        assert r["ok"] is True, r
+        d.kill9()
+        d = start(home, port)
+        a = CC(d.cowchat_unix)
+        a.register("alice", agent_id="alice")
+        a.ok("join_room", {"room_id": room})
+        assert error_code(a.req("decision", {"room_id": room, "content": "still mine"})) == "not_leader"
+        cleared = [e for e in ledger(d, room) if e["kind"] == "x.cowchat.leader.cleared"]
+        assert [(e["data"]["leader_id"], e["data"]["reason"]) for e in cleared] == [(aid, "leader left")]
+    finally:
+        d.stop()
+
+
+def test_a_leader_removed_over_the_ipc_does_not_lead_when_it_rejoins(cow):
+    a, b, aid, bid, room = pair(cow, "council")
+    a.ok("elect_leader", {"room_id": room})
+    b.ok("decline_election", {"room_id": room})
+    assert b.push("leader_elected")["payload"]["leader_id"] == aid
+    r = cow.raw({"v": 1, "op": "actor_remove", "args": {"group_id": room, "actor_id": aid, "by": "user"}})
+    assert r["ok"] is True, r
+    a.ok("join_room", {"room_id": room})
+    cleared = b.push("leader_cleared")["payload"]
+    assert cleared == {"room_id": room, "reason": "leader left", "leader_id": aid}
+    assert error_code(a.req("decision", {"room_id": room, "content": "still mine"})) == "not_leader"

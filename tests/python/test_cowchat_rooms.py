@@ -477,3 +477,86 @@ def test_a_connection_of_an_agent_that_left_and_joined_again_elsewhere_gets_push
     assert "while away" not in shown
     for c in (listen, cli, peer):
         c.close()
+
+
+def test_the_turn_token_follows_ledger_order_when_members_send_at_once(cow):
+    """Rule 2 is 'the member after the sender of the latest message'. When members send at
+    the same instant, the token must end after the sender of the message the ledger holds
+    last, not after whichever answer happened to be handled last."""
+    import threading
+
+    names = ["a", "b", "c"]
+    conns = {n: CC(cow.cowchat_unix) for n in names}
+    for n, c in conns.items():
+        reg(c, n)
+    room = conns["a"].ok("create_room", {"name": "race", "public": True})["room_id"]
+    for n in names:
+        conns[n].ok("join_room", {"room_id": room})
+    wrong = []
+    for rnd in range(150):
+        gate = threading.Barrier(len(names))
+        errs: list = []
+
+        def send(n: str) -> None:
+            try:
+                gate.wait()
+                conns[n].ok("send_message", {"room_id": room, "content": f"{rnd}-{n}"})
+            except Exception as e:  # noqa: BLE001 - reported below
+                errs.append(e)
+
+        ts = [threading.Thread(target=send, args=(n,)) for n in names]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        assert not errs, errs
+        # A non-send frame waits until the connection's earlier sends (and their turn moves)
+        # are done: after one per connection, every move of this round has been applied.
+        infos = [conns[n].ok("room_info", {"room_id": room}) for n in names]
+        last = conns["a"].ok("get_history", {"room_id": room, "limit": 1})["messages"][-1]
+        want = names[(names.index(last["agent_id"]) + 1) % len(names)]
+        got = conns["a"].ok("room_info", {"room_id": room})["current_turn_holder"]
+        if got != want:
+            wrong.append((rnd, last["content"], got, want, infos[-1]["current_turn_holder"]))
+    assert not wrong, wrong
+
+
+def test_a_parent_given_by_name_is_stored_as_its_room_id(cow):
+    """`create_room` resolves `parent_id` like every room reference (an id, or a name among
+    the rooms the key can see). The sub-room must record the parent's id: a name stored as
+    given left the sub-room out of `list_rooms(parent_id)` and the parent's `sub_rooms`."""
+    a = CC(cow.cowchat_unix)
+    reg(a, "alice")
+    parent = a.ok("create_room", {"name": "general"})["room_id"]
+    child = a.ok("create_room", {"name": "child", "parent_id": "general"})
+    assert child["parent_id"] == parent, child
+    assert [r["room_id"] for r in a.ok("list_rooms", {"parent_id": parent})["rooms"]] == [child["room_id"]]
+    a.ok("join_room", {"room_id": parent})
+    info = a.ok("room_info", {"room_id": parent})
+    assert [r["room_id"] for r in info["sub_rooms"]] == [child["room_id"]], info
+
+
+def test_the_lobby_comes_back_after_an_operator_deleted_it_and_its_name_stays_reserved(home):
+    """An operator may delete the lobby's group over the CCCS IPC. No key may then take the
+    name `lobby` for a room of its own (that room would stand in for the lobby at the next
+    start, private to that key, and every other key would have no lobby), and the next start
+    brings the system lobby back."""
+    d = start(home)
+    try:
+        a = CC(d.cowchat_unix)
+        reg(a, "alice")
+        lobby = [r for r in a.ok("list_rooms")["rooms"] if r["name"] == "lobby"][0]["room_id"]
+        assert d.raw({"v": 1, "op": "group_delete", "args": {"group_id": lobby, "by": "user"}})["ok"] is True
+        b = CC(d.cowchat_unix)
+        reg(b, "bob", auth(home, "add-key", "team-b"))
+        assert error_code(b.req("create_room", {"name": "lobby"})) == "room_name_taken"
+        mine = b.ok("create_room", {"name": "mine"})["room_id"]
+        assert error_code(b.req("rename_room", {"room_id": mine, "name": " lobby "})) == "room_name_taken"
+        d.stop()
+        d = start(home)
+        c = CC(d.cowchat_unix)
+        reg(c, "carol")
+        joined = c.ok("join_room", {"name": "lobby"})
+        assert joined["public"] is True and joined["room_id"] != lobby, joined
+    finally:
+        d.stop()

@@ -608,3 +608,78 @@ def test_a_removed_or_rotated_keys_subscriptions_stop_delivering(home, rx):
         assert rx.delivered("/primary-key")[-1]["message"]["message_id"] == m1["message_id"]
     finally:
         d.stop()
+
+
+def test_re_enabling_while_the_old_task_records_a_failure_starts_from_a_clean_count(home, rx):
+    """`enable_subscription` stops the old delivery task, but a store write it already
+    started cannot be cancelled: its failure count, retry seq and due time could land after
+    the re-arm and be taken up by the new task (fewer retries, a late first attempt) or sit
+    in the row for the next restart. Each round re-enables right as the old task reads a 500,
+    then holds the new task's first attempt unanswered: nothing may show a failure then."""
+    d = start(home, flags(unit_ms=60_000))  # a failed attempt's retry waits a minute
+    try:
+        c, room = setup_room(home)
+        sub = subscribe(c, room, rx.url())
+        sid = sub["subscription_id"]
+        rx.gate.clear()
+        c.post(room, "stuck")
+        rx.wait(lambda: rx.inflight == 1)  # the first task's attempt, held
+        stale = []
+        for rnd in range(150):
+            n = len(rx.hits)
+            rx.fail = 1
+            rx.gate.set()  # the held attempt gets its 500
+            rx.wait(lambda: len(rx.hits) > n)
+            rx.gate.clear()  # the next attempt (the new task's) is held
+            again = c.ok("enable_subscription", {"subscription_id": sid})
+            try:
+                rx.wait(lambda: rx.inflight == 1, timeout=5)
+            except TimeoutError:
+                stale.append((rnd, "the new task did not attempt at once"))
+                break
+            s = next(x for x in c.ok("list_subscriptions")["subscriptions"] if x["subscription_id"] == sid)
+            if s["failures"] != 0 or s["status"] != "active" or again["failures"] != 0:
+                stale.append((rnd, again["failures"], s["failures"], s["status"]))
+        assert not stale, stale
+    finally:
+        rx.gate.set()
+        d.stop()
+
+
+def test_concurrent_re_enables_leave_the_newest_task_delivering_and_recording(hooked, rx):
+    """Two `enable_subscription`s of one subscription at once: each starts a new generation
+    and a task for it, in either order. The task left running must be the newest one, whose
+    writes land: a delivery it makes moves the stored cursor."""
+    import threading
+
+    c, room = setup_room(hooked.home)
+    other = Cow(hooked.home)
+    other.register("alice-2", "alice")  # the same agent (same key) on a second connection
+    sid = subscribe(c, room, rx.url())["subscription_id"]
+    stuck = []
+    for rnd in range(150):
+        gate = threading.Barrier(2)
+
+        def enable(conn: Cow) -> None:
+            gate.wait()
+            conn.ok("enable_subscription", {"subscription_id": sid})
+
+        ts = [threading.Thread(target=enable, args=(x,)) for x in (c, other)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        m = c.post(room, f"m{rnd}")
+        rx.wait_delivered(rnd + 1)
+        deadline = time.time() + 5
+        while True:
+            s = next(x for x in c.ok("list_subscriptions")["subscriptions"] if x["subscription_id"] == sid)
+            if s["cursor_seq"] >= m["seq"]:
+                break
+            if time.time() > deadline:
+                stuck.append((rnd, s["cursor_seq"], m["seq"]))
+                break
+            time.sleep(0.02)
+        if stuck:
+            break
+    assert not stuck, stuck

@@ -162,7 +162,12 @@ pub fn error_frame(id: &str, reply_to: Option<&Value>, e: &WireError) -> Vec<u8>
         id,
         ftype: "error",
         reply_to,
-        payload: serde_json::json!({"code": e.code.as_str(), "message": e.message}),
+        payload: match &e.details {
+            None => serde_json::json!({"code": e.code.as_str(), "message": e.message}),
+            Some(d) => {
+                serde_json::json!({"code": e.code.as_str(), "message": e.message, "details": d})
+            }
+        },
     }
     .to_line()
 }

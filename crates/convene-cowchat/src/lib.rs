@@ -149,6 +149,8 @@ pub struct WireError {
     pub code: ErrorCode,
     /// Message.
     pub message: String,
+    /// Machine-readable particulars (`payload.details` of the error frame), when any.
+    pub details: Option<serde_json::Value>,
 }
 
 impl WireError {
@@ -157,7 +159,14 @@ impl WireError {
         Self {
             code,
             message: message.into(),
+            details: None,
         }
+    }
+
+    /// The same error with machine-readable `details`.
+    pub fn with_details(mut self, details: serde_json::Value) -> Self {
+        self.details = Some(details);
+        self
     }
 
     /// `invalid_payload` with a message.

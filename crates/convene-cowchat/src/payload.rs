@@ -267,6 +267,25 @@ pub struct GetHistory {
     pub since_seq: Option<u64>,
 }
 
+impl GetHistory {
+    /// The lower bound, if any, is given once: `since` (a non-empty message id) and
+    /// `since_seq` together are refused rather than one silently winning, even when they
+    /// name the same message (the server would have to look the id up to tell).
+    pub fn validate(&self) -> Result<(), WireError> {
+        let since = self.since.as_deref().is_some_and(|s| !s.is_empty());
+        if since && self.since_seq.is_some() {
+            return Err(WireError::payload(
+                "since (a message id) and since_seq are two lower bounds; send one of them",
+            )
+            .with_details(serde_json::json!({
+                "reason": "conflicting_cursors",
+                "fields": ["since", "since_seq"],
+            })));
+        }
+        Ok(())
+    }
+}
+
 /// `list_rooms`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct ListRooms {

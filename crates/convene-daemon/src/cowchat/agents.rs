@@ -40,11 +40,10 @@ fn new_agent_id(name: &str) -> String {
 /// [`rooms::member_room`]).
 fn visible_rooms_of(face: &Face, agent: &str, principal: &str) -> Vec<(String, u64)> {
     let eng = face.d.ledger.engine();
-    eng.groups()
+    face.names
+        .groups_of(&eng, agent)
         .into_iter()
-        .filter(|g| {
-            is_room(g) && g.actor(agent).is_some() && rooms::visible(face, &eng, g, principal)
-        })
+        .filter(|g| is_room(g) && rooms::visible(face, &eng, g, principal))
         .map(|g| (g.group_id.clone(), g.last_seq))
         .collect()
 }
@@ -52,9 +51,10 @@ fn visible_rooms_of(face: &Face, agent: &str, principal: &str) -> Vec<(String, u
 /// Rooms the agent is a member of, with their heads.
 fn rooms_of(face: &Face, agent: &str) -> Vec<(String, u64)> {
     let eng = face.d.ledger.engine();
-    eng.groups()
+    face.names
+        .groups_of(&eng, agent)
         .into_iter()
-        .filter(|g| is_room(g) && g.actor(agent).is_some())
+        .filter(|g| is_room(g))
         .map(|g| (g.group_id.clone(), g.last_seq))
         .collect()
 }
@@ -68,7 +68,7 @@ fn rooms_of(face: &Face, agent: &str) -> Vec<(String, u64)> {
 /// member from before keys were recorded (`runtime: cowchat`, no key) stays unbound.
 fn check_claim(face: &Face, id: &str, principal: &str) -> Result<(), WireError> {
     let eng = face.d.ledger.engine();
-    for g in eng.groups() {
+    for g in face.names.groups_of(&eng, id) {
         let Some(a) = g.actor(id) else { continue };
         let owner = a.extra.get(PRINCIPAL_KEY).and_then(Value::as_str);
         let ok = match owner {
@@ -191,9 +191,10 @@ pub(super) fn list_agents(s: &Session, payload: Map<String, Value>) -> Result<Va
     }
     let seen: std::collections::HashSet<String> = {
         let eng = s.face.d.ledger.engine();
-        eng.groups()
+        s.face
+            .names
+            .visible(&eng, &s.principal, None)
             .into_iter()
-            .filter(|g| is_room(g) && rooms::visible(&s.face, &eng, g, &s.principal))
             .flat_map(|g| g.collaborators().map(|a| a.id.clone()).collect::<Vec<_>>())
             .collect()
     };
@@ -217,11 +218,10 @@ fn room_peers(
 ) -> Vec<std::sync::Arc<super::conn::Outbox>> {
     let mut peers: Vec<String> = {
         let eng = face.d.ledger.engine();
-        eng.groups()
+        face.names
+            .groups_of(&eng, agent)
             .into_iter()
-            .filter(|g| {
-                is_room(g) && g.actor(agent).is_some() && rooms::visible(face, &eng, g, principal)
-            })
+            .filter(|g| is_room(g) && rooms::visible(face, &eng, g, principal))
             .flat_map(|g| g.collaborators().map(|a| a.id.clone()).collect::<Vec<_>>())
             .collect()
     };

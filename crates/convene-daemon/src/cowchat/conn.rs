@@ -495,6 +495,8 @@ async fn handle(s: &mut Session, f: Frame) -> bool {
 pub(super) enum After {
     /// A turn-token rule: (room, agent, reason).
     Turn(String, String, &'static str),
+    /// Rule 2 for a committed message: (room, sender, its seq).
+    Sent((String, String, u64)),
     /// A transient push to these connections.
     Push(Vec<Arc<Outbox>>, &'static str, Value),
     /// Work that must start after the answer (so ledger pushes it causes follow it).
@@ -508,6 +510,7 @@ impl After {
             After::Turn(room, agent, reason) => {
                 super::live::turn_event(face, &room, &agent, reason)
             }
+            After::Sent(t) => super::messages::apply_turn(face, Some(t)),
             After::Push(outs, t, v) => super::live::fan_out(&outs, t, &v),
             After::Run(f) => f(),
         }
@@ -632,7 +635,7 @@ async fn answer_sends(
     res: Result<Vec<crate::ledger::Answer>, convene_core::CoreError>,
 ) -> bool {
     let mut lines = Vec::with_capacity(rids.len() * 320);
-    let mut turns: Vec<(String, String)> = Vec::new();
+    let mut turns: Vec<(String, String, u64)> = Vec::new();
     let (mut res, failed) = match res {
         Ok(v) => (v.into_iter(), None),
         Err(e) => (Vec::new().into_iter(), Some(e)),

@@ -55,6 +55,9 @@ pub(super) struct Live {
     pub away: HashMap<String, Away>,
     /// room id → current turn holder.
     pub turns: HashMap<String, String>,
+    /// room id → seq of the latest message that moved the token (rule 2): a move for an
+    /// earlier message, answered later than a concurrent one, is stale.
+    pub turn_seqs: HashMap<String, u64>,
     pub buckets: HashMap<String, Bucket>,
     /// principal → its limits as read at its latest `register` (every connection of the
     /// key follows the latest read).
@@ -321,7 +324,14 @@ pub(super) fn join_order(face: &Face, gid: &str) -> Vec<String> {
 /// Applies a turn rule and pushes `turn_changed` to the room when the holder changed.
 /// `actor` joined, sent or disconnected (`reason`).
 pub(super) fn turn_event(face: &Face, gid: &str, actor: &str, reason: &str) {
-    turn_event_in(face, gid, actor, reason, None);
+    turn_event_in(face, gid, actor, reason, None, None);
+}
+
+/// Rule 2 for the message `seq` sent by `actor`. Concurrent senders' answers (and so their
+/// moves) can be handled in any order: the token follows ledger order, so a move for a
+/// message older than one that already moved it changes nothing.
+pub(super) fn turn_sent(face: &Face, gid: &str, actor: &str, seq: u64) {
+    turn_event_in(face, gid, actor, "message_sent", None, Some(seq));
 }
 
 /// Rule 3 for a member that was just removed (it left, or its reconnect window ran out):
@@ -334,15 +344,29 @@ pub(super) fn turn_after_removal(
     reason: &str,
     before: &[String],
 ) {
-    turn_event_in(face, gid, actor, reason, Some(before));
+    turn_event_in(face, gid, actor, reason, Some(before), None);
 }
 
 /// [`turn_event`]; a removed holder's successor is looked up in `before` when given, else
 /// in the room's join order now.
-fn turn_event_in(face: &Face, gid: &str, actor: &str, reason: &str, before: Option<&[String]>) {
+fn turn_event_in(
+    face: &Face,
+    gid: &str,
+    actor: &str,
+    reason: &str,
+    before: Option<&[String]>,
+    seq: Option<u64>,
+) {
     let order = turn_order(face, gid);
     let (changed, holder, outs) = {
         let mut live = face.live.lock();
+        if let Some(n) = seq {
+            let latest = live.turn_seqs.entry(gid.to_string()).or_default();
+            if *latest >= n {
+                return; // a later message already moved it
+            }
+            *latest = n;
+        }
         let cur = live.turns.get(gid).cloned();
         let next = match reason {
             // Rule 1: the first agent into an empty room holds the token.

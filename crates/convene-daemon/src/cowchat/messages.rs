@@ -291,8 +291,8 @@ pub(super) fn message_command(
     })
 }
 
-/// A turn-token move owed after an answer is queued: (room, sender).
-pub(super) type TurnMove = Option<(String, String)>;
+/// A turn-token move owed after an answer is queued: (room, sender, the message's seq).
+pub(super) type TurnMove = Option<(String, String, u64)>;
 
 /// The `ok` payload (the Message) of a committed send, and the turn move it causes (applied
 /// by the caller after the answer, so the sender sees its answer first).
@@ -300,7 +300,7 @@ pub(super) fn sent_payload(c: crate::ledger::Committed) -> Result<(Vec<u8>, Turn
     // A fresh message: its rendering is made here once and shared with every push of it.
     if let (None, Some(fe), Some((ev, _))) = (&c.existing, c.feed.first(), c.events.first()) {
         if let Some(Some(m)) = push::message_memo(fe) {
-            let turn = (m.ftype != "thinking").then(|| (ev.group_id.clone(), m.by.clone()));
+            let turn = (m.ftype != "thinking").then(|| (ev.group_id.clone(), m.by.clone(), ev.seq));
             return Ok((m.message.clone(), turn));
         }
     }
@@ -311,8 +311,9 @@ pub(super) fn sent_payload(c: crate::ledger::Committed) -> Result<(Vec<u8>, Turn
     };
     let st = Stored::parse(&json)
         .ok_or_else(|| WireError::new(ErrorCode::Internal, "unreadable stored message"))?;
+    let seq = c.events.first().map(|(e, _)| e.seq).unwrap_or(0);
     let turn = (c.existing.is_none() && !st.is_thinking())
-        .then(|| (st.room().to_string(), st.by.to_string()));
+        .then(|| (st.room().to_string(), st.by.to_string(), seq));
     let mut out = Vec::with_capacity(json.len() + 64);
     st.write_message(&mut out);
     Ok((out, turn))
@@ -320,8 +321,8 @@ pub(super) fn sent_payload(c: crate::ledger::Committed) -> Result<(Vec<u8>, Turn
 
 /// Applies a turn move owed by a send.
 pub(super) fn apply_turn(face: &Face, t: TurnMove) {
-    if let Some((room, by)) = t {
-        live::turn_event(face, &room, &by, "message_sent");
+    if let Some((room, by, seq)) = t {
+        live::turn_sent(face, &room, &by, seq);
     }
 }
 
@@ -393,7 +394,7 @@ async fn seq_of(readers: &Arc<Readers>, gid: &str, id: &str) -> Result<u64, Wire
 }
 
 /// `get_history`: without a lower bound, the newest `limit` messages (before `before`);
-/// with `since` (a message id) or `since_seq`, the oldest `limit` messages after it (and
+/// with `since` (a message id) or `since_seq` (not both), the oldest `limit` messages after it (and
 /// before `before`, when both are given). Always
 /// oldest first. Returns the whole `ok` frame line answering `reply_to`, written in one
 /// buffer (a page of 10,000 messages is ~2.5 MB: it is not copied again).
@@ -403,6 +404,7 @@ pub(super) async fn get_history(
     reply_to: Option<&Value>,
 ) -> Result<Vec<u8>, WireError> {
     let h: GetHistory = parse(payload)?;
+    h.validate()?;
     check_reader(s, &h.room_id)?;
     let limit = h
         .limit
@@ -421,7 +423,7 @@ pub(super) async fn get_history(
         Some(_) => return Err(WireError::payload("before must be a seq or a message id")),
     };
     let after = match (h.since_seq, &h.since) {
-        (Some(n), _) => Some(n),
+        (Some(n), _) => Some(n), // beside a non-empty `since`: refused by `validate`
         (None, Some(id)) if !id.is_empty() => Some(seq_of(&readers, &gid, id).await?),
         _ => None,
     };

@@ -1,7 +1,8 @@
 //! The room directory: room name → room, how many rooms each API key owns, the rooms each
 //! key can see and each room's sub-rooms, without scanning every group on each lookup
 //! (`create_room`'s checks, `rename_room`, resolving a room by name, the lobby at start,
-//! `list_rooms`, `room_info`'s `sub_rooms`).
+//! `list_rooms`, `room_info`'s `sub_rooms`), and the groups each actor id is in
+//! (`register`'s rooms and agent-id claim check, presence and turn-token fan-out).
 //!
 //! It is derived from the engine's groups and brought up to date on use: when the engine's
 //! [`revision`](convene_core::Engine::revision) moved (a group changed, from any face: a
@@ -43,6 +44,10 @@ struct Index {
     private: HashMap<String, HashSet<String>>,
     /// parent room id → its sub-rooms.
     children: HashMap<String, HashSet<String>>,
+    /// actor id → the groups (rooms or not) it is an actor of.
+    member_of: HashMap<String, HashSet<String>>,
+    /// group id → the actor ids indexed for it in `member_of`.
+    actors: HashMap<String, Vec<String>>,
 }
 
 struct Entry {
@@ -70,7 +75,9 @@ pub(super) fn room_name(g: &Group) -> Option<&str> {
 
 impl Directory {
     /// The room named `name` in `eng` (held by the caller's read guard); of several rooms
-    /// with one name, the earliest created, as a scan in creation order would find.
+    /// with one name, the earliest created, as a scan in creation order would find (the
+    /// face looks names up among the rooms a key can see: [`Directory::named`]).
+    #[cfg(test)]
     pub fn by_name<'a>(&self, eng: &'a Engine, name: &str) -> Option<&'a Group> {
         let mut ix = self.inner.lock();
         ix.sync(eng);
@@ -131,6 +138,20 @@ impl Directory {
         in_creation_order(ids.into_iter().filter_map(|id| eng.group(id)).collect())
     }
 
+    /// The groups of `eng` (rooms or not) that have an actor `actor`, in creation order.
+    pub fn groups_of<'a>(&self, eng: &'a Engine, actor: &str) -> Vec<&'a Group> {
+        let mut ix = self.inner.lock();
+        ix.sync(eng);
+        in_creation_order(
+            ix.member_of
+                .get(actor)
+                .into_iter()
+                .flatten()
+                .filter_map(|id| eng.group(id))
+                .collect(),
+        )
+    }
+
     /// How many rooms of `eng` the API key `principal` owns.
     pub fn owned_by(&self, eng: &Engine, principal: &str) -> usize {
         let mut ix = self.inner.lock();
@@ -165,6 +186,14 @@ impl Index {
     }
 
     fn add(&mut self, g: &Group) {
+        let ids: Vec<String> = g.actors.iter().map(|a| a.id.clone()).collect();
+        for a in &ids {
+            self.member_of
+                .entry(a.clone())
+                .or_default()
+                .insert(g.group_id.clone());
+        }
+        self.actors.insert(g.group_id.clone(), ids);
         let Some(name) = room_name(g) else { return };
         let attrs = Attrs::decode(g);
         let owner = attrs.owner.clone();
@@ -205,6 +234,14 @@ impl Index {
     }
 
     fn forget(&mut self, id: &str) {
+        for a in self.actors.remove(id).unwrap_or_default() {
+            if let Some(gs) = self.member_of.get_mut(&a) {
+                gs.remove(id);
+                if gs.is_empty() {
+                    self.member_of.remove(&a);
+                }
+            }
+        }
         let Some(e) = self.rooms.remove(id) else {
             return;
         };
@@ -493,6 +530,124 @@ mod tests {
             .expect("delete");
             check(&eng);
         }
+    }
+
+    fn actor_cmd(eng: &mut Engine, cmd: Command) {
+        run(eng, cmd).expect("actor command");
+    }
+
+    fn add_actor(eng: &mut Engine, gid: &str, actor: &str) {
+        let mut spec = Map::new();
+        spec.insert("actor_id".into(), json!(actor));
+        spec.insert("runtime".into(), json!(super::super::RUNTIME));
+        actor_cmd(
+            eng,
+            Command::ActorAdd {
+                group_id: gid.into(),
+                by: "svc:cowchat".into(),
+                spec,
+            },
+        );
+    }
+
+    /// What `register` used to do: scan every group for the actor.
+    fn scan_groups_of<'a>(eng: &'a Engine, actor: &str) -> Vec<&'a str> {
+        eng.groups()
+            .into_iter()
+            .filter(|g| g.actor(actor).is_some())
+            .map(|g| g.group_id.as_str())
+            .collect()
+    }
+
+    #[test]
+    fn groups_of_an_actor_answer_as_a_scan_would_through_every_kind_of_change() {
+        let mut eng = Engine::new(Vec::new(), Limits::default());
+        let dir = Directory::default();
+        let check = |eng: &Engine, dir: &Directory| {
+            for a in ["alice", "bob", "ipc-bot", "nobody"] {
+                let got: Vec<&str> = dir
+                    .groups_of(eng, a)
+                    .into_iter()
+                    .map(|g| g.group_id.as_str())
+                    .collect();
+                assert_eq!(got, scan_groups_of(eng, a), "{a}");
+            }
+        };
+        let r1 = create(&mut eng, "r1", "k1");
+        let r2 = create(&mut eng, "r2", "k2");
+        // A group that is not a room: its actors count too (the agent-id claim check).
+        let ipc = run(
+            &mut eng,
+            Command::GroupCreate {
+                by: "user".into(),
+                title: "ipc".into(),
+                topic: String::new(),
+                settings: Map::new(),
+            },
+        )
+        .expect("group");
+        check(&eng, &dir);
+        add_actor(&mut eng, &r1, "alice");
+        check(&eng, &dir);
+        add_actor(&mut eng, &r2, "alice");
+        add_actor(&mut eng, &r2, "bob");
+        add_actor(&mut eng, &ipc, "ipc-bot");
+        add_actor(&mut eng, &ipc, "alice");
+        check(&eng, &dir);
+        assert_eq!(dir.groups_of(&eng, "alice").len(), 3);
+        // An update keeps the membership; a rename changes nothing about it.
+        let mut patch = Map::new();
+        patch.insert("title".into(), json!("Alice"));
+        actor_cmd(
+            &mut eng,
+            Command::ActorUpdate {
+                group_id: r1.clone(),
+                by: "svc:cowchat".into(),
+                actor_id: "alice".into(),
+                patch,
+            },
+        );
+        rename(&mut eng, &r2, "r2-renamed");
+        check(&eng, &dir);
+        actor_cmd(
+            &mut eng,
+            Command::ActorRemove {
+                group_id: r2.clone(),
+                by: "svc:cowchat".into(),
+                actor_id: "alice".into(),
+            },
+        );
+        check(&eng, &dir);
+        // A refused add (already a member) changes nothing.
+        let mut spec = Map::new();
+        spec.insert("actor_id".into(), json!("bob"));
+        assert!(run(
+            &mut eng,
+            Command::ActorAdd {
+                group_id: r2.clone(),
+                by: "svc:cowchat".into(),
+                spec,
+            },
+        )
+        .is_err());
+        check(&eng, &dir);
+        // A deleted group takes its memberships with it.
+        run(
+            &mut eng,
+            Command::GroupDelete {
+                group_id: r2,
+                by: "user".into(),
+            },
+        )
+        .expect("delete");
+        check(&eng, &dir);
+        assert!(dir.groups_of(&eng, "bob").is_empty());
+        // A reload (what an import or restart gives): the engine cannot tell what changed.
+        let groups: Vec<Group> = eng.groups().into_iter().cloned().collect();
+        let eng2 = Engine::new(groups, Limits::default());
+        check(&eng2, &dir);
+        let fresh = Directory::default();
+        check(&eng2, &fresh);
     }
 
     /// Lookup cost with many rooms (not a test: `cargo test -p convene-daemon -- --ignored

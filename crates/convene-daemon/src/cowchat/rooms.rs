@@ -154,10 +154,20 @@ fn visible_outboxes(face: &Face, eng: &Engine, g: &Group) -> Vec<Arc<super::conn
         .collect()
 }
 
-/// Makes sure the system `lobby` exists (at startup).
+/// Makes sure the system `lobby` exists (at startup): a room of that name that is not the
+/// system one (made while an operator had deleted the lobby, before the name was reserved)
+/// does not stand in for it.
 pub(super) async fn ensure_lobby(face: &Face) {
-    if face.names.by_name(&face.d.ledger.engine(), LOBBY).is_some() {
-        return;
+    {
+        let eng = face.d.ledger.engine();
+        if face
+            .names
+            .named(&eng, LOBBY)
+            .into_iter()
+            .any(|g| attrs(face, &eng, g).system)
+        {
+            return;
+        }
     }
     let attrs = Attrs {
         public: true,
@@ -202,27 +212,35 @@ pub(super) async fn create_room(
     let face = s.face.clone();
     let max = s.limits().rooms_per_key;
     let _one_at_a_time = face.rooms_lock.lock().await;
-    {
+    let parent_id = {
         let eng = face.d.ledger.engine();
         // Only a room this key can see takes the name: refusing for another key's private
-        // room would tell the caller that it exists.
-        if by_name(&face, &eng, &name, &s.principal).is_some() {
+        // room would tell the caller that it exists. `lobby` is the system room's, even
+        // while an operator has deleted it.
+        if name == LOBBY || by_name(&face, &eng, &name, &s.principal).is_some() {
             return Err(WireError::new(
                 ErrorCode::RoomNameTaken,
                 format!("a room named {name} exists"),
             ));
         }
-        if let Some(p) = &c.parent_id {
-            resolve_visible(
-                &face,
-                &eng,
-                &RoomRef {
-                    room_id: Some(p.clone()),
-                    name: None,
-                },
-                &s.principal,
-            )?;
-        }
+        // Stored as the parent's id even when it was given by name, so the sub-room is
+        // found under that id (`list_rooms`, `sub_rooms`).
+        let parent_id = match &c.parent_id {
+            Some(p) => Some(
+                resolve_visible(
+                    &face,
+                    &eng,
+                    &RoomRef {
+                        room_id: Some(p.clone()),
+                        name: None,
+                    },
+                    &s.principal,
+                )?
+                .group_id
+                .clone(),
+            ),
+            None => None,
+        };
         let owned = face.names.owned_by(&eng, &s.principal);
         if owned >= max {
             return Err(WireError::new(
@@ -230,9 +248,10 @@ pub(super) async fn create_room(
                 format!("this API key owns {owned} rooms (limit {max})"),
             ));
         }
-    }
+        parent_id
+    };
     let attrs = Attrs {
-        parent_id: c.parent_id.clone(),
+        parent_id,
         created_by: Some(s.me().to_string()),
         owner: Some(s.principal.clone()),
         public: c.public.unwrap_or(false),
@@ -286,6 +305,9 @@ pub(super) async fn join_room(
         }
         g.group_id.clone()
     };
+    // Not a member, so not its leader: leadership recorded for it outlived its departure
+    // (removed over the CCCS IPC, or a crash before the clearing was recorded).
+    super::coord::clear_stale_leader(&s.face, &gid, &me).await;
     let mut spec = Map::new();
     spec.insert("actor_id".into(), json!(me));
     spec.insert("title".into(), json!(name));
@@ -403,7 +425,11 @@ async fn destroy(face: &Face, gid: &str) -> Result<Option<After>, WireError> {
         })
         .await
         .map_err(wire)?;
-    face.live.lock().turns.remove(gid);
+    {
+        let mut live = face.live.lock();
+        live.turns.remove(gid);
+        live.turn_seqs.remove(gid);
+    }
     face.coord.state.lock().forget_room(gid);
     Ok(Some(After::Push(
         outs,
@@ -455,7 +481,9 @@ pub(super) async fn rename_room(
             &s.principal,
         )?;
         check_owner(s, &eng, g)?;
-        if by_name(&face, &eng, &name, &s.principal).is_some_and(|o| o.group_id != g.group_id) {
+        if name == LOBBY
+            || by_name(&face, &eng, &name, &s.principal).is_some_and(|o| o.group_id != g.group_id)
+        {
             return Err(WireError::new(
                 ErrorCode::RoomNameTaken,
                 format!("a room named {name} exists"),

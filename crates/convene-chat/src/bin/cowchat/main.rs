@@ -108,8 +108,8 @@ pub enum Cmd {
         /// Only messages after this message id
         #[arg(long)]
         since: Option<String>,
-        /// Only messages with seq > N
-        #[arg(long)]
+        /// Only messages with seq > N (not with --since: the server refuses the pair)
+        #[arg(long, conflicts_with = "since")]
         since_seq: Option<u64>,
         /// Keep streaming new messages (reconnects; never exits)
         #[arg(long)]
@@ -447,6 +447,11 @@ mod tests {
             parse(&["wait", "r", "--drain"]).is_err(),
             "--drain needs --loop"
         );
+        assert!(
+            parse(&["history", "r", "--since", "m1", "--since-seq", "3"]).is_err(),
+            "two lower bounds"
+        );
+        assert!(parse(&["history", "r", "--since-seq", "3"]).is_ok());
     }
 
     #[test]

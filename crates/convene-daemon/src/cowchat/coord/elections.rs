@@ -209,8 +209,8 @@ pub(in super::super) async fn decision(
     let cmd = messages::message_command(s, d.room_id, d.content, None, cc);
     let c = s.face.d.ledger.execute(cmd).await.map_err(wire)?;
     let (raw, turn) = messages::sent_payload(c)?;
-    if let Some((room, by)) = turn {
-        s.after.push(After::Turn(room, by, "message_sent"));
+    if let Some(t) = turn {
+        s.after.push(After::Sent(t));
     }
     serde_json::from_slice(&raw).map_err(|e| WireError::new(ErrorCode::Internal, e.to_string()))
 }

@@ -156,6 +156,8 @@ pub(super) async fn start(face: &Arc<Face>) {
             return;
         }
     }
+    votes::reconcile_departed(face, None).await;
+    clear_departed_leaders(face).await;
     votes::arm_all(face);
     elections::arm_all(face);
 }
@@ -208,6 +210,8 @@ pub(crate) async fn import(face: &Arc<Face>, group_id: String, events: Vec<Value
         }
         (known, before)
     };
+    // `arm_room` closes the votes this settled.
+    votes::reconcile_locked(face, Some(&group_id)).await;
     votes::arm_room(face, &group_id, &known_votes);
     elections::arm_room(face, &group_id, election_before.as_deref());
     Ok(c)
@@ -223,6 +227,29 @@ pub(super) async fn member_gone(face: &Face, room: &str, agent: &str, name: &str
     };
     clear_leader(face, room, agent, why).await;
     votes::voter_gone(face, room, agent, name).await;
+}
+
+/// Clears every leader that is no longer a member of its room (at start-up): the removal
+/// and the clearing are two commits, and a removal over another face is not seen here.
+async fn clear_departed_leaders(face: &Face) {
+    let gone: Vec<(String, String)> = {
+        let st = face.coord.state.lock();
+        let eng = face.d.ledger.engine();
+        st.leaders
+            .iter()
+            .filter(|(room, (id, _))| eng.group(room).is_some_and(|g| g.actor(id).is_none()))
+            .map(|(room, (id, _))| (room.clone(), id.clone()))
+            .collect()
+    };
+    for (room, id) in gone {
+        clear_leader(face, &room, &id, "leader left").await;
+    }
+}
+
+/// `agent`, about to join `room`, is not a member of it: any leadership of the room it
+/// still holds is stale and is cleared first.
+pub(super) async fn clear_stale_leader(face: &Face, room: &str, agent: &str) {
+    clear_leader(face, room, agent, "leader left").await;
 }
 
 /// Appends `x.cowchat.leader.cleared` when `agent` still leads `room`.

@@ -136,9 +136,15 @@ pub(in super::super) async fn cast_vote(
         .map_err(|e| WireError::new(ErrorCode::Internal, e.to_string()))?;
     let data = json!({"vote_id": v.vote_id, "agent_id": me, "sealed": sealed});
     append(&face, &v.room_id, &me, state::VOTE_BALLOT, data).await?;
+    // A voter removed over another face is seen here at the latest: this and the room's
+    // other open votes stop waiting for it.
+    let mut done = reconcile_locked(&face, Some(&v.room_id)).await;
     let v = vote(&face, &c.vote_id)?;
-    if v.all_voted() {
-        let (f, id) = (face.clone(), v.vote_id.clone());
+    if v.all_voted() && !done.contains(&v.vote_id) {
+        done.push(v.vote_id.clone());
+    }
+    for id in done {
+        let f = face.clone();
         s.after.push(After::Run(Box::new(move || {
             tokio::spawn(async move { close(f, id, "all_voted").await });
         })));
@@ -229,6 +235,56 @@ pub(in super::super) async fn voter_gone(face: &Face, room: &str, agent: &str, n
     for id in settled {
         close_vote(face, id, "all_voted").await;
     }
+}
+
+/// Eligible voters of open votes that are no longer members of the vote's room and had not
+/// voted, recorded as gone (`x.cowchat.vote.voter_left`): the removal and that record are
+/// two commits (a kill -9 can fall between them), and a removal over another face (the CCCS
+/// IPC's `actor_remove`, an import) is not seen by this face as it happens. Run at start-up,
+/// after an import and after each ballot, before the votes everyone still eligible voted in
+/// are closed; `room` limits it to one room.
+pub(in super::super) async fn reconcile_departed(face: &Face, room: Option<&str>) {
+    let _one = face.coord.write.lock().await;
+    // The caller closes what this settled (start-up: `arm_all` closes every vote all voted in).
+    reconcile_locked(face, room).await;
+}
+
+/// [`reconcile_departed`] for a caller holding the coordination write lock. Returns the open
+/// votes now waiting for nobody (every voter still eligible voted), to be closed.
+pub(in super::super) async fn reconcile_locked(face: &Face, room: Option<&str>) -> Vec<String> {
+    let gone: Vec<(String, String, String)> = {
+        let st = face.coord.state.lock();
+        let eng = face.d.ledger.engine();
+        st.votes
+            .values()
+            .filter(|v| v.is_open() && room.is_none_or(|r| r == v.room_id))
+            .flat_map(|v| {
+                let g = eng.group(&v.room_id);
+                v.eligible
+                    .iter()
+                    .filter(|e| !v.has_voted(e) && g.is_some_and(|g| g.actor(e).is_none()))
+                    .map(|e| (v.room_id.clone(), v.vote_id.clone(), e.clone()))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    };
+    let mut settled: Vec<String> = Vec::new();
+    for (room, id, agent) in gone {
+        let data = json!({"vote_id": id, "agent_id": agent, "agent_name": agent});
+        if let Err(e) = append(face, &room, SERVICE, state::VOTE_VOTER_LEFT, data).await {
+            tracing::debug!(vote = %id, error = %e, "cowchat: could not record a departed voter");
+        }
+        let st = face.coord.state.lock();
+        if !settled.contains(&id)
+            && st
+                .votes
+                .get(&id)
+                .is_some_and(|v| v.is_open() && v.all_voted())
+        {
+            settled.push(id);
+        }
+    }
+    settled
 }
 
 /// Reveals a vote ([`close_vote`]), from a spawned task.

@@ -167,8 +167,8 @@ async fn run(h: &Arc<Hooks>, sub: &mut Sub) -> Result<(), HookError> {
                 // Persist the filtered-out stretch first, so a stored retry state always
                 // belongs to the first event after the stored cursor.
                 if cursor != persisted {
-                    let (id, c) = (sub.id.clone(), cursor);
-                    h.db(move |st| st.advance(&id, c)).await?;
+                    let (id, g, c) = (sub.id.clone(), sub.generation, cursor);
+                    h.db(move |st| st.advance(&id, g, c)).await?;
                 }
                 if !deliver(h, sub, &target, &key, fe.seq, &m).await? {
                     return Ok(()); // failed: stop until enable_subscription
@@ -178,8 +178,8 @@ async fn run(h: &Arc<Hooks>, sub: &mut Sub) -> Result<(), HookError> {
             cursor = fe.seq;
         }
         if cursor != persisted {
-            let (id, c) = (sub.id.clone(), cursor);
-            h.db(move |st| st.advance(&id, c)).await?;
+            let (id, g, c) = (sub.id.clone(), sub.generation, cursor);
+            h.db(move |st| st.advance(&id, g, c)).await?;
             persisted = cursor;
         }
         sub.cursor = cursor;
@@ -256,8 +256,8 @@ async fn deliver(
         drop(host_slot);
         match res {
             Ok(_) => {
-                let (id, c) = (sub.id.clone(), seq);
-                h.db(move |st| st.advance(&id, c)).await?;
+                let (id, g, c) = (sub.id.clone(), sub.generation, seq);
+                h.db(move |st| st.advance(&id, g, c)).await?;
                 sub.cursor = seq;
                 sub.failures = 0;
                 sub.retry_seq = None;
@@ -268,8 +268,8 @@ async fn deliver(
                 failures += 1;
                 tracing::info!(subscription = %sub.id, seq, failures, error = %e, "webhook delivery failed");
                 let Some(units) = RETRIES.get(failures as usize - 1) else {
-                    let id = sub.id.clone();
-                    h.db(move |st| st.fail(&id, failures)).await?;
+                    let (id, g) = (sub.id.clone(), sub.generation);
+                    h.db(move |st| st.fail(&id, g, failures)).await?;
                     sub.status = Status::Failed;
                     sub.failures = failures;
                     tracing::warn!(subscription = %sub.id, seq, "webhook subscription failed: retries exhausted");
@@ -277,8 +277,8 @@ async fn deliver(
                 };
                 let delay = h.opts.retry_unit.saturating_mul(*units as u32);
                 let at = now_ms() + delay.as_millis() as i64;
-                let id = sub.id.clone();
-                h.db(move |st| st.retry(&id, seq, failures, at)).await?;
+                let (id, g) = (sub.id.clone(), sub.generation);
+                h.db(move |st| st.retry(&id, g, seq, failures, at)).await?;
                 sub.failures = failures;
                 sub.retry_seq = Some(seq);
                 sub.retry_at_ms = Some(at);
@@ -310,6 +310,7 @@ mod tests {
             retry_at_ms: None,
             created_at: String::new(),
             key_sha256: None,
+            generation: 0,
         }
     }
 

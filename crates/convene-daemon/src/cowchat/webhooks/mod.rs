@@ -102,7 +102,8 @@ pub struct Hooks {
     store: Arc<Store>,
     opts: Options,
     tls: tls::Tls,
-    tasks: Mutex<HashMap<String, JoinHandle<()>>>,
+    /// subscription id → (the row generation its task writes to, the task).
+    tasks: Mutex<HashMap<String, (u64, JoinHandle<()>)>>,
     /// One permit per delivery attempt in flight (the global cap). Tokio's semaphore is
     /// fair (FIFO), so a busy subscription cannot starve the others.
     slots: tokio::sync::Semaphore,
@@ -132,17 +133,23 @@ impl Hooks {
             .map_err(|e| HookError::Join(e.to_string()))??)
     }
 
-    /// (Re)starts the delivery task of `sub`, replacing any running one.
+    /// (Re)starts the delivery task of `sub`, replacing any running one of the same or an
+    /// older generation. Two `enable_subscription`s racing can reach here in either order:
+    /// the task of the newer re-arm stays (the other one's writes would land nowhere).
     fn run(self: &Arc<Self>, sub: Sub) {
-        let id = sub.id.clone();
+        let mut tasks = self.tasks.lock();
+        if tasks.get(&sub.id).is_some_and(|(g, _)| *g > sub.generation) {
+            return;
+        }
+        let (id, generation) = (sub.id.clone(), sub.generation);
         let h = deliver::spawn(self.clone(), sub);
-        if let Some(old) = self.tasks.lock().insert(id, h) {
+        if let Some((_, old)) = tasks.insert(id, (generation, h)) {
             old.abort();
         }
     }
 
     fn stop(&self, id: &str) {
-        if let Some(h) = self.tasks.lock().remove(id) {
+        if let Some((_, h)) = self.tasks.lock().remove(id) {
             h.abort();
         }
     }
@@ -357,6 +364,7 @@ pub(in crate::cowchat) async fn subscribe(
         retry_at_ms: None,
         created_at: convene_core::event::format_ts(time::OffsetDateTime::now_utc()),
         key_sha256: session_key(s).as_deref().map(super::keys::fingerprint),
+        generation: 0,
     };
     let row = sub.clone();
     let n = h

@@ -81,6 +81,9 @@ pub struct Sub {
     /// SHA-256 (hex) of the API key it was made (or last re-armed) with; None for a keyless
     /// local client, whose subscriptions no key change revokes.
     pub key_sha256: Option<String>,
+    /// Bumped by every `enable`: a delivery task writes only while the row still has the
+    /// generation it was started with, so a replaced task's late write changes nothing.
+    pub generation: u64,
 }
 
 /// The subscriptions database.
@@ -90,7 +93,7 @@ pub struct Store {
 
 const COLS: &str = "subscription_id, principal, room_id, webhook_url, secret, kinds, only_from, \
                     not_from, exclude_thinking, status, cursor_seq, failures, retry_seq, \
-                    retry_at_ms, created_at, key_sha256";
+                    retry_at_ms, created_at, key_sha256, generation";
 
 /// `key_sha256` of a row made before keys were recorded (bound at the next check).
 const LEGACY: &str = "legacy";
@@ -126,6 +129,7 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<(Sub, [Option<String>; 3])> {
             retry_at_ms: r.get(13)?,
             created_at: r.get(14)?,
             key_sha256: r.get(15)?,
+            generation: r.get::<_, i64>(16)?.max(0) as u64,
         },
         [r.get(5)?, r.get(6)?, r.get(7)?],
     ))
@@ -184,13 +188,21 @@ impl Store {
                  COMMIT;"
             ))?;
         }
+        let has_gen_col = c
+            .prepare("SELECT 1 FROM pragma_table_info('subscriptions') WHERE name = 'generation'")?
+            .exists([])?;
+        if !has_gen_col {
+            c.execute_batch(
+                "ALTER TABLE subscriptions ADD COLUMN generation INTEGER NOT NULL DEFAULT 0;",
+            )?;
+        }
         Ok(Self { c: Mutex::new(c) })
     }
 
     /// Stores a new subscription.
     pub fn insert(&self, s: &Sub) -> Result<(), StoreError> {
         self.c.lock().execute(
-            &format!("INSERT INTO subscriptions ({COLS}) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16)"),
+            &format!("INSERT INTO subscriptions ({COLS}) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17)"),
             params![
                 s.id,
                 s.principal,
@@ -208,6 +220,7 @@ impl Store {
                 s.retry_at_ms,
                 s.created_at,
                 s.key_sha256,
+                s.generation as i64,
             ],
         )?;
         Ok(())
@@ -271,42 +284,52 @@ impl Store {
     /// active: this also heals a `fail` written by a task that was being replaced by
     /// `enable_subscription` at that moment (its blocking write cannot be cancelled). A
     /// revoked row stays revoked (its task may be finishing this write as it is stopped).
-    pub fn advance(&self, id: &str, seq: u64) -> Result<(), StoreError> {
+    /// Like every task write, a no-op unless the row is still at the task's `generation`.
+    pub fn advance(&self, id: &str, generation: u64, seq: u64) -> Result<(), StoreError> {
         self.c.lock().execute(
             &format!(
                 "UPDATE subscriptions SET cursor_seq = MAX(cursor_seq, ?2), failures = 0, \
                  retry_seq = NULL, retry_at_ms = NULL, status = {UNLESS_REVOKED} \
-                 WHERE subscription_id = ?1"
+                 WHERE subscription_id = ?1 AND generation = ?3"
             ),
-            params![id, seq as i64],
+            params![id, seq as i64, generation as i64],
         )?;
         Ok(())
     }
 
     /// Records a failed attempt of the delivery of event `seq`, due again at `at_ms`.
-    pub fn retry(&self, id: &str, seq: u64, failures: u32, at_ms: i64) -> Result<(), StoreError> {
+    pub fn retry(
+        &self,
+        id: &str,
+        generation: u64,
+        seq: u64,
+        failures: u32,
+        at_ms: i64,
+    ) -> Result<(), StoreError> {
         self.c.lock().execute(
             &format!(
                 "UPDATE subscriptions SET failures = ?2, retry_seq = ?3, retry_at_ms = ?4, \
-                 status = {UNLESS_REVOKED} WHERE subscription_id = ?1"
+                 status = {UNLESS_REVOKED} WHERE subscription_id = ?1 AND generation = ?5"
             ),
-            params![id, failures as i64, seq as i64, at_ms],
+            params![id, failures as i64, seq as i64, at_ms, generation as i64],
         )?;
         Ok(())
     }
 
     /// Marks a subscription failed (retries ran out); the cursor stays where it was.
-    pub fn fail(&self, id: &str, failures: u32) -> Result<(), StoreError> {
+    pub fn fail(&self, id: &str, generation: u64, failures: u32) -> Result<(), StoreError> {
         self.c.lock().execute(
             "UPDATE subscriptions SET status = 'failed', failures = ?2, retry_seq = NULL, \
-             retry_at_ms = NULL WHERE subscription_id = ?1 AND status != 'revoked'",
-            params![id, failures as i64],
+             retry_at_ms = NULL WHERE subscription_id = ?1 AND status != 'revoked' \
+             AND generation = ?3",
+            params![id, failures as i64, generation as i64],
         )?;
         Ok(())
     }
 
     /// Re-arms a principal's subscription, bound from now on to `key_sha256` (the key of
-    /// the caller, None when keyless); false when it has none by that id.
+    /// the caller, None when keyless), in a new generation (writes of the task it replaces
+    /// no longer land); false when it has none by that id.
     pub fn enable(
         &self,
         principal: &str,
@@ -315,7 +338,8 @@ impl Store {
     ) -> Result<bool, StoreError> {
         let n = self.c.lock().execute(
             "UPDATE subscriptions SET status = 'active', failures = 0, retry_seq = NULL, \
-             retry_at_ms = NULL, key_sha256 = ?3 WHERE principal = ?1 AND subscription_id = ?2",
+             retry_at_ms = NULL, key_sha256 = ?3, generation = generation + 1 \
+             WHERE principal = ?1 AND subscription_id = ?2",
             params![principal, id, key_sha256],
         )?;
         Ok(n > 0)
@@ -383,6 +407,7 @@ mod tests {
             retry_at_ms: None,
             created_at: "2026-01-01T00:00:00Z".into(),
             key_sha256: Some("k1".into()),
+            generation: 0,
         }
     }
 
@@ -394,7 +419,7 @@ mod tests {
             let st = Store::open(&path).unwrap();
             st.insert(&sub("s1", "r1")).unwrap();
             st.insert(&sub("s2", "r2")).unwrap();
-            st.retry("s1", 9, 2, 1234).unwrap();
+            st.retry("s1", 0, 9, 2, 1234).unwrap();
         }
         // Reopen: everything persisted.
         let st = Store::open(&path).unwrap();
@@ -410,12 +435,12 @@ mod tests {
         assert_eq!(st.list("primary", Some("r2")).unwrap().len(), 1);
         assert_eq!(st.list("primary", None).unwrap().len(), 2);
         assert_eq!(st.list("other", None).unwrap().len(), 0);
-        st.fail("s1", 6).unwrap();
+        st.fail("s1", 0, 6).unwrap();
         assert_eq!(st.active().unwrap().len(), 1);
         assert_eq!(st.get("s1").unwrap().unwrap().cursor, 7);
         assert!(st.enable("primary", "s1", Some("k1")).unwrap());
-        st.advance("s1", 12).unwrap();
-        st.advance("s1", 10).unwrap(); // never regresses
+        st.advance("s1", 1, 12).unwrap();
+        st.advance("s1", 1, 10).unwrap(); // never regresses
         let s1 = st.get("s1").unwrap().unwrap();
         assert_eq!((s1.status, s1.cursor, s1.failures), (Status::Active, 12, 0));
         assert!(!st.delete("other", "s1").unwrap());
@@ -450,9 +475,9 @@ mod tests {
         assert_eq!(st.get("s2").unwrap().unwrap().status, Status::Active);
         assert_eq!(st.get("s0").unwrap().unwrap().status, Status::Active);
         // A delivery task finishing its writes as it is stopped leaves the row revoked.
-        st.advance("s1", 20).unwrap();
-        st.retry("s1", 21, 1, 5).unwrap();
-        st.fail("s1", 6).unwrap();
+        st.advance("s1", 0, 20).unwrap();
+        st.retry("s1", 0, 21, 1, 5).unwrap();
+        st.fail("s1", 0, 6).unwrap();
         let s1 = st.get("s1").unwrap().unwrap();
         assert_eq!((s1.status, s1.cursor), (Status::Revoked, 20));
         assert_eq!(st.active().unwrap().len(), 2);
@@ -464,6 +489,38 @@ mod tests {
             vec!["s2".to_string()]
         );
         assert_eq!(st.get("s1").unwrap().unwrap().status, Status::Active);
+    }
+
+    #[test]
+    fn writes_of_a_task_replaced_by_enable_land_nowhere() {
+        let dir = tempfile::tempdir().unwrap();
+        let st = Store::open(&dir.path().join("w.db")).unwrap();
+        st.insert(&sub("s1", "r")).unwrap();
+        st.retry("s1", 0, 8, 4, 99).unwrap();
+        assert!(st.enable("primary", "s1", Some("k1")).unwrap());
+        let armed = st.get("s1").unwrap().unwrap();
+        assert_eq!(armed.generation, 1);
+        // The old task's blocking writes, finishing after the re-arm.
+        st.retry("s1", 0, 8, 5, 123).unwrap();
+        st.fail("s1", 0, 6).unwrap();
+        st.advance("s1", 0, 30).unwrap();
+        let s1 = st.get("s1").unwrap().unwrap();
+        assert_eq!(
+            (
+                s1.status,
+                s1.failures,
+                s1.retry_seq,
+                s1.retry_at_ms,
+                s1.cursor
+            ),
+            (Status::Active, 0, None, None, 7)
+        );
+        // The new task's own writes land.
+        st.retry("s1", 1, 8, 1, 5).unwrap();
+        assert_eq!(st.get("s1").unwrap().unwrap().failures, 1);
+        st.advance("s1", 1, 8).unwrap();
+        let s1 = st.get("s1").unwrap().unwrap();
+        assert_eq!((s1.failures, s1.cursor), (0, 8));
     }
 
     #[test]
