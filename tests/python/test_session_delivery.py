@@ -186,3 +186,35 @@ def test_session_queue_depth_is_explicit_and_a_full_queue_fails_the_handoff(home
         s.close()
     finally:
         d.stop()
+
+
+def test_CCCS_6_4_1_removed_actors_session_ends_and_never_gets_the_readded_generations_deliveries(client, group, daemon):
+    """A session belongs to the actor generation it attached as. Removing the actor ends it;
+    an actor added again under the same id is another generation, whose deliveries never
+    reach the old connection (it might be held by whoever was removed)."""
+    client.actor_add(group_id=group, actor_id="live", runtime="session")
+    s, f = attach(daemon, group, "live")
+    client.actor_remove(group_id=group, actor_id="live")
+    client.actor_add(group_id=group, actor_id="live", runtime="session")
+    assert next(a for a in client.actor_list(group_id=group)["actors"] if a["id"] == "live")["attached"] is False
+    m = client.send(group_id=group, text="for the new generation", message_mode="send", to=["live"])["event"]
+    # The old session was closed: heartbeats until then, never the new generation's message.
+    while (line := f.readline()):
+        assert json.loads(line)["t"] == "heartbeat", line
+    did = f"delivery:live:2:{m['id']}"
+    wait_until(lambda: latest(client, group, [m["id"]])[m["id"]] not in (None, "claimed"), what="settled")
+    rows = delivery_rows(client, group)[m["id"]]
+    assert [(r["delivery_id"], r["state"]) for r in rows] == [(did, "claimed"), (did, "failed")]
+    assert rows[-1]["reason"] == "no session attached"
+    f.close()
+    s.close()
+    # The new generation's own session gets it on an explicit retry.
+    s2, f2 = attach(daemon, group, "live")
+    client.message_deliver(group_id=group, source_event_id=m["id"], actor_ids=["live"])
+    item = json.loads(f2.readline())
+    while item["t"] != "delivery":
+        item = json.loads(f2.readline())
+    assert item["delivery_id"] == did and item["event"]["id"] == m["id"]
+    wait_until(lambda: latest(client, group, [m["id"]])[m["id"]] == "accepted", what="accepted")
+    f2.close()
+    s2.close()

@@ -21,7 +21,7 @@ use crate::model::Group;
 use crate::view::{Change, LedgerView};
 
 pub use chat::{delivery_targets, im_eligible, insight_len, MAX_INSIGHT_CHARS};
-pub use delivery::delivery_id;
+pub use delivery::{delivery_generation, delivery_id};
 pub use import::IMPORT_SETTLED;
 
 /// Limits the engine enforces on content (frame limits belong to the faces).

@@ -151,7 +151,14 @@ impl Runtime {
         );
         tokio::spawn(async move {
             let handoff = match transport {
-                "session" => rt.sessions.hand_off(&gid, &aid, &did, &source).await,
+                "session" => match convene_core::engine::delivery_generation(&did) {
+                    Some(generation) => {
+                        rt.sessions
+                            .hand_off(&gid, &aid, generation, &did, &source)
+                            .await
+                    }
+                    None => Handoff::Failed(format!("malformed delivery id {did}")),
+                },
                 "command" => {
                     command::run(&command, &gid, &aid, &did, &source, rt.command_timeout).await
                 }
