@@ -218,3 +218,38 @@ def test_CCCS_6_4_1_removed_actors_session_ends_and_never_gets_the_readded_gener
     wait_until(lambda: latest(client, group, [m["id"]])[m["id"]] == "accepted", what="accepted")
     f2.close()
     s2.close()
+
+
+def test_CCCS_6_4_2_graceful_shutdown_records_failed_for_frames_never_written(slow_daemon):
+    """A daemon asked to stop settles what it can still prove: frames queued behind a stalled
+    consumer were never written (failed, retryable after the restart), the one being written
+    is ambiguous. Before, every one of them was left claimed and came back ambiguous, so no
+    never-written message could be retried without force."""
+    client = CCCCClient(cccc_home=str(slow_daemon.home))
+    gid = client.group_create(title="stop")["group_id"]
+    client.actor_add(group_id=gid, actor_id="live", runtime="session")
+    s, f = attach(slow_daemon, gid, "live")
+    srcs = send_many(client, gid, "live", 20)
+    before = wait_writer_blocked(client, gid, srcs)
+    assert slow_daemon.raw({"v": 1, "op": "shutdown"})["result"]["shutting_down"] is True
+    slow_daemon.proc.wait(30)
+    f.close()
+    s.close()
+    slow_daemon.start()
+    rows = delivery_rows(client, gid)
+    for src in srcs:
+        assert [r["state"] for r in rows[src]][0] == "claimed" and len(rows[src]) == 2, rows[src]
+    after = latest(client, gid, srcs)
+    assert {k for k, v in after.items() if v == "accepted"} == {k for k, v in before.items() if v == "accepted"}
+    failed = [k for k, v in after.items() if v == "failed"]
+    assert failed and sum(v == "ambiguous" for v in after.values()) <= 1, after
+    assert all(rows[k][-1]["reason"] == "session closed before the payload was written" for k in failed)
+    # failed may be retried once the consumer is back, and arrives.
+    s2, f2 = attach(slow_daemon, gid, "live")
+    client.message_deliver(group_id=gid, source_event_id=failed[0], actor_ids=["live"])
+    item = json.loads(f2.readline())
+    while item["t"] != "delivery":
+        item = json.loads(f2.readline())
+    assert item["event"]["id"] == failed[0]
+    f2.close()
+    s2.close()

@@ -266,7 +266,12 @@ where
     loop {
         tokio::select! {
             m = rx.recv() => match m {
-                Some(frame) => crate::runtime::write_frame(w, frame, bound).await?,
+                Some(frame) => tokio::select! {
+                    r = crate::runtime::write_frame(w, frame, bound) => r?,
+                    // Shutdown does not wait out a stalled write: the frame is dropped
+                    // mid-write and its handoff records ambiguous.
+                    _ = shutdown.changed() => return Ok(()),
+                },
                 None => return Ok(()),
             },
             _ = tokio::time::sleep(hb) => {

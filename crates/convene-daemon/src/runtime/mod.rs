@@ -5,10 +5,13 @@
 mod command;
 mod session;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use convene_core::{ClaimKind, Command, CoreError, DeliveryState, ErrorCode, Event};
 use serde_json::Value;
+use tokio::sync::Notify;
 
 use crate::ledger::{CommitFeed, Ledger};
 pub use session::{
@@ -33,6 +36,32 @@ pub struct Runtime {
     /// Connected actor sessions (the `session` transport).
     pub sessions: Arc<Sessions>,
     command_timeout: std::time::Duration,
+    /// Claimed attempts whose result is not recorded yet.
+    in_flight: Arc<InFlight>,
+}
+
+/// A count of handoffs in progress, and a wake-up when it changes.
+#[derive(Default)]
+struct InFlight {
+    n: AtomicUsize,
+    changed: Notify,
+}
+
+/// Counts one handoff from its claim until its result is recorded (or the task ends).
+struct Attempt(Arc<InFlight>);
+
+impl Attempt {
+    fn start(f: &Arc<InFlight>) -> Self {
+        f.n.fetch_add(1, Ordering::AcqRel);
+        Self(f.clone())
+    }
+}
+
+impl Drop for Attempt {
+    fn drop(&mut self) {
+        self.0.n.fetch_sub(1, Ordering::AcqRel);
+        self.0.changed.notify_waiters();
+    }
 }
 
 /// The transport name an actor's runtime maps to, if Convene drives it.
@@ -52,6 +81,25 @@ impl Runtime {
             ledger,
             sessions: Arc::new(sessions),
             command_timeout,
+            in_flight: Arc::default(),
+        }
+    }
+
+    /// At shutdown (sessions already told to stop): waits at most `bound` for the results of
+    /// handoffs in progress to be recorded, so an attempt this process can still settle
+    /// (a queued frame never written is `failed`) is not left `claimed` for the next start
+    /// to settle as `ambiguous`. Returns how many are still unsettled.
+    pub async fn settle_in_flight(&self, bound: Duration) -> usize {
+        let deadline = tokio::time::Instant::now() + bound;
+        loop {
+            let changed = self.in_flight.changed.notified();
+            let n = self.in_flight.n.load(Ordering::Acquire);
+            if n == 0 {
+                return 0;
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return self.in_flight.n.load(Ordering::Acquire);
+            }
         }
     }
 
@@ -144,6 +192,7 @@ impl Runtime {
             .map(|r| r.json)
             .unwrap_or_default();
         let rt = self.clone();
+        let attempt = Attempt::start(&self.in_flight);
         let (gid, aid, did) = (
             group_id.to_string(),
             actor_id.to_string(),
@@ -181,6 +230,7 @@ impl Runtime {
             if let Err(e) = res {
                 tracing::error!(error = %e, "could not record delivery result");
             }
+            drop(attempt);
         });
         Ok(delivery_id)
     }
