@@ -147,3 +147,38 @@ def test_CCCS_6_4_5_import_round_trip_delivers_nothing_again_and_keeps_generatio
     with pytest.raises(DaemonAPIError) as ei:
         client.message_deliver(group_id=copy, source_event_id=m3["id"], actor_ids=["p1"])
     assert ei.value.code == "delivery_conflict"
+
+
+def test_CCCS_12_4_import_never_settles_a_delivery_in_flight_here(tmp_path):
+    """An imported runtime.delivery is history of the ledger it came from: it never changes a
+    delivery this daemon already has. Otherwise a client could import a result for an attempt
+    in flight here, and the real result of that attempt could no longer be recorded."""
+    from cccc_sdk import CCCCClient
+    from conftest import Daemon
+    from test_session_delivery import attach, delivery_rows, wait_until
+    d = Daemon(tmp_path, ["--session-timeout-ms", "60000"]).start()
+    try:
+        client = CCCCClient(cccc_home=str(tmp_path))
+        g = client.group_create(title="live")["group_id"]
+        client.actor_add(group_id=g, actor_id="live", runtime="session")
+        # A consumer that never reads: the big frame's attempt stays claimed.
+        s, f = attach(d, g, "live")
+        srcs = [client.send(group_id=g, text=f"{i} " + "x" * 250_000, message_mode="send", to=["live"])["event"]["id"]
+                for i in range(4)]
+        stuck = wait_until(lambda: next((k for k in srcs if [r["state"] for r in delivery_rows(client, g).get(k, [])] == ["claimed"]), None),
+                           what="an attempt in flight")
+        did = f"delivery:live:1:{stuck}"
+        forged = {"v": 1, "id": "f" * 32, "ts": "2026-01-01T00:00:00Z", "kind": "runtime.delivery", "group_id": g,
+                  "scope_key": "", "by": "system",
+                  "data": {"actor_id": "live", "source_event_id": stuck, "delivery_id": did, "state": "accepted", "transport": "session"}}
+        assert client.call("ledger_import", {"group_id": g, "events": [forged]})["imported"] == 1
+        st = client.call("ledger_statuses", {"group_id": g, "event_ids": [stuck]})["statuses"][stuck]
+        assert st["obligation_status"]["live"]["delivery_state"] == "claimed"
+        # The consumer goes away: the attempt's own result is recorded, after the imported event.
+        f.close()
+        s.close()
+        wait_until(lambda: len(delivery_rows(client, g)[stuck]) == 3, what="the attempt's own result")
+        rows = [r["state"] for r in delivery_rows(client, g)[stuck]]
+        assert rows[:2] == ["claimed", "accepted"] and len(rows) == 3 and rows[2] in ("failed", "ambiguous"), rows
+    finally:
+        d.stop()

@@ -16,7 +16,8 @@ use crate::view::{Change, DeliveryRow};
 /// The outcome is history ([`Outcome::replayed`](super::Outcome)): nothing is delivered for
 /// it. Imported `runtime.delivery` events set their deliveries' states; one whose latest
 /// state is `claimed` was left in flight by the process that exported it and is settled to
-/// `ambiguous` here, as at startup (§6.4).
+/// `ambiguous` here, as at startup (§6.4). A delivery the group already has is never changed
+/// by an imported event (so an import cannot settle an attempt in flight in this process).
 pub(super) fn import(
     ctx: &mut Ctx<'_>,
     group_id: &str,
@@ -115,7 +116,14 @@ pub(super) fn import(
                 }
             }
             kinds::RUNTIME_DELIVERY => {
-                if let Some(row) = delivery_row(&ev) {
+                // A delivery the group already had before this import is this daemon's own
+                // (possibly in flight): an imported event is kept but never changes it.
+                let row = match delivery_row(&ev) {
+                    Some(r) if deliveries.contains_key(&r.delivery_id) => Some(r),
+                    Some(r) if ctx.view.delivery(group_id, &r.delivery_id)?.is_none() => Some(r),
+                    _ => None,
+                };
+                if let Some(row) = row {
                     deliveries.insert(row.delivery_id.clone(), row.clone());
                     ctx.out.changes.push(Change::Delivery {
                         group_id: group_id.to_string(),
