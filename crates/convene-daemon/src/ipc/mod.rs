@@ -56,6 +56,7 @@ pub const OPS: &[&str] = &[
     "ledger_import",
     "events_stream",
     "runtime_attach",
+    "tool_gate",
 ];
 
 /// Who is on the other end of a connection.
