@@ -253,3 +253,39 @@ def test_CCCS_6_4_2_graceful_shutdown_records_failed_for_frames_never_written(sl
     assert item["event"]["id"] == failed[0]
     f2.close()
     s2.close()
+
+
+def test_session_receives_its_messages_in_ledger_order(client, group, daemon):
+    """The ledger's append order is the authoritative order (CCCS §4.3): an attached session
+    gets its deliveries in that order, also when senders pipeline and write concurrently
+    (each delivery used to be claimed and queued by its own task, so the first frame out
+    could be the 100th message)."""
+    import threading
+    client.actor_add(group_id=group, actor_id="live", runtime="session")
+    s, f = attach(daemon, group, "live")
+    n, senders = 150, 3
+
+    def pipeline(k):
+        c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        c.settimeout(60)
+        c.connect(str(daemon.sock))
+        c.sendall(b"".join((json.dumps({"v": 1, "op": "send", "args": {
+            "group_id": group, "text": f"{k}-{i}", "to": ["live"], "message_mode": "send", "by": "lead"}}) + "\n").encode()
+            for i in range(n)))
+        cf = c.makefile("rb")
+        for _ in range(n):
+            assert json.loads(cf.readline())["ok"] is True
+        c.close()
+
+    threads = [threading.Thread(target=pipeline, args=(k,)) for k in range(senders)]
+    for t in threads:
+        t.start()
+    seqs = []
+    while len(seqs) < n * senders:
+        item = json.loads(f.readline())
+        if item["t"] == "delivery":
+            seqs.append(item["event"]["seq"])
+    for t in threads:
+        t.join()
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+    s.close()

@@ -138,7 +138,9 @@ impl Sessions {
             .unwrap_or(false)
     }
 
-    /// Hands one payload of the actor's `generation` to its session.
+    /// Hands one payload of the actor's `generation` to its session: queues it, then waits
+    /// for what its writer reports.
+    #[cfg(test)]
     pub(super) async fn hand_off(
         &self,
         group_id: &str,
@@ -147,14 +149,31 @@ impl Sessions {
         delivery_id: &str,
         event_json: &str,
     ) -> Handoff {
+        match self.enqueue(group_id, actor_id, generation, delivery_id, event_json) {
+            Ok(p) => p.outcome().await,
+            Err(h) => h,
+        }
+    }
+
+    /// Queues one payload of the actor's `generation` on its session, without waiting:
+    /// frames queued one after another are written in that order. `Err` is a handoff that
+    /// could not start.
+    pub(super) fn enqueue(
+        &self,
+        group_id: &str,
+        actor_id: &str,
+        generation: u64,
+        delivery_id: &str,
+        event_json: &str,
+    ) -> Result<Pending, Handoff> {
         let key = (group_id.to_string(), actor_id.to_string());
         let Some((id, attached_as, tx)) = self.map.lock().get(&key).cloned() else {
-            return Handoff::Failed("no session attached".into());
+            return Err(Handoff::Failed("no session attached".into()));
         };
         if attached_as != generation {
-            return Handoff::Failed(format!(
+            return Err(Handoff::Failed(format!(
                 "no session attached for actor generation {generation} (the attached one is generation {attached_as})"
-            ));
+            )));
         }
         let state = Arc::new(AtomicU8::new(QUEUED));
         let (done, written) = oneshot::channel();
@@ -166,15 +185,40 @@ impl Sessions {
         match tx.try_send(frame) {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Full(_)) => {
-                return Handoff::Failed(format!("session queue full ({} frames)", self.queue));
+                return Err(Handoff::Failed(format!(
+                    "session queue full ({} frames)",
+                    self.queue
+                )));
             }
             Err(mpsc::error::TrySendError::Closed(_)) => {
                 self.detach(group_id, actor_id, id);
-                return Handoff::Failed("session detached".into());
+                return Err(Handoff::Failed("session detached".into()));
             }
         }
-        drop(tx);
-        match tokio::time::timeout(self.timeout, written).await {
+        Ok(Pending {
+            state,
+            written,
+            timeout: self.timeout,
+        })
+    }
+}
+
+/// A frame queued on a session, waiting for its writer's report.
+pub(super) struct Pending {
+    state: Arc<AtomicU8>,
+    written: oneshot::Receiver<Written>,
+    timeout: Duration,
+}
+
+impl Pending {
+    /// What the writer established within the handoff bound.
+    pub(super) async fn outcome(self) -> Handoff {
+        let Pending {
+            state,
+            written,
+            timeout,
+        } = self;
+        match tokio::time::timeout(timeout, written).await {
             Ok(Ok(Written::Whole)) => Handoff::Accepted,
             Ok(Ok(Written::Broken(e))) => {
                 Handoff::Ambiguous(format!("session write broke off mid-frame: {e}"))
@@ -187,7 +231,7 @@ impl Sessions {
                 _ => Handoff::Ambiguous("session ended while the payload was being written".into()),
             },
             Err(_) => {
-                let secs = self.timeout.as_secs_f64();
+                let secs = timeout.as_secs_f64();
                 match state.compare_exchange(QUEUED, WITHDRAWN, Ordering::AcqRel, Ordering::Acquire)
                 {
                     Ok(_) => Handoff::Failed(format!(
