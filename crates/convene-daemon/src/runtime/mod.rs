@@ -109,9 +109,15 @@ impl Runtime {
     pub fn spawn_worker(&self, mut feed: CommitFeed) {
         let rt = self.clone();
         tokio::spawn(async move {
-            while let Some(events) = feed.recv().await {
-                let targets: Vec<Target> = events
+            while let Some(first) = feed.recv().await {
+                // Every commit published meanwhile joins this run (one claim transaction).
+                let mut batches = vec![first];
+                while let Ok(more) = feed.try_recv() {
+                    batches.push(more);
+                }
+                let targets: Vec<Target> = batches
                     .iter()
+                    .flat_map(|b| b.iter())
                     .flat_map(|ev| {
                         rt.automatic_targets(ev)
                             .into_iter()
