@@ -274,8 +274,9 @@ impl Runtime {
     /// frame is queued before this returns (so the caller's order is the session's order).
     fn start(&self, t: &Target, p: Plan, delivery_id: &str) {
         let attempt = Attempt::start(&self.in_flight);
-        let queued = match p.transport {
-            "session" => match convene_core::engine::delivery_generation(delivery_id) {
+        // The session frame is queued now; other transports start in the task.
+        let queued = (p.transport == "session").then(|| {
+            match convene_core::engine::delivery_generation(delivery_id) {
                 Some(generation) => self.sessions.enqueue(
                     &t.group_id,
                     &t.actor_id,
@@ -286,9 +287,8 @@ impl Runtime {
                 None => Err(Handoff::Failed(format!(
                     "malformed delivery id {delivery_id}"
                 ))),
-            },
-            _ => Err(Handoff::Failed(String::new())),
-        };
+            }
+        });
         let rt = self.clone();
         let (gid, aid, did) = (
             t.group_id.clone(),
@@ -297,9 +297,9 @@ impl Runtime {
         );
         tokio::spawn(async move {
             let handoff = match (p.transport, queued) {
-                ("session", Ok(pending)) => pending.outcome().await,
-                ("session", Err(h)) => h,
-                ("command", _) => {
+                (_, Some(Ok(pending))) => pending.outcome().await,
+                (_, Some(Err(h))) => h,
+                ("command", None) => {
                     command::run(&p.command, &gid, &aid, &did, &p.source, rt.command_timeout).await
                 }
                 _ => Handoff::Failed(format!("no runtime adapter for runtime {:?}", p.runtime)),
