@@ -182,3 +182,20 @@ def test_CCCS_12_4_import_never_settles_a_delivery_in_flight_here(tmp_path):
         assert rows[:2] == ["claimed", "accepted"] and len(rows) == 3 and rows[2] in ("failed", "ambiguous"), rows
     finally:
         d.stop()
+
+
+def test_cli_export_import_round_trip_of_big_messages(client, group, daemon, tmp_path):
+    """An export of many big messages imports whole: the CLI sends its events in requests
+    that fit the daemon's request line limit (500 events a request made 5 MB of them one
+    refused request, and the import stopped)."""
+    ids = [client.send(group_id=group, text=f"{i} " + "b" * 10_000, message_mode="mail", to=["p1"])["event"]["id"]
+           for i in range(600)]
+    out = tmp_path / "big.ndjson"
+    run_cli(daemon.home, "--json", "ledger", "export", group, "--out", str(out))
+    r = run_cli(daemon.home, "--json", "ledger", "import", str(out), "--group-id", "g_big_copy", check=False)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["imported"] == len(out.read_bytes().splitlines())
+    got = []
+    while (batch := client.inbox_read(group_id="g_big_copy", actor_id="p1", by="p1", limit=200)["messages"]):
+        got += [m["id"] for m in batch]
+    assert got == ids
