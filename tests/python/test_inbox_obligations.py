@@ -184,3 +184,21 @@ def test_inbox_read_never_reports_a_cursor_behind_the_stored_one_under_concurren
             behind.append((ev_seq, reported, stored))
     assert not behind, f"{len(behind)} answers reported a cursor behind the stored one (mail.read seq, reported, stored): {behind[:3]}"
     assert max(c for _, c, _ in answers) == client.inbox_peek(group_id=group, actor_id="p1")["cursor"]["seq"]
+
+
+def test_CCCS_6_2_inbox_read_of_big_mail_fits_the_sdk_and_marks_read_only_what_it_returned(client, group):
+    """The Mail cursor is evidence that Mail was returned (CCCS §6.2). The cccc-sdk refuses an
+    answer over 4 MB; an inbox_read whose answer was bigger moved the cursor over all of its
+    messages while the caller got an error, so 20 big mails were read and none received.
+    The answer now carries what fits and the cursor moves over exactly that."""
+    sent = [client.send(group_id=group, text=f"{i} " + "z" * 250_000, message_mode="mail", to=["p1"], by="lead")["event"]["id"]
+            for i in range(20)]
+    assert len(client.inbox_peek(group_id=group, actor_id="p1", limit=200)["messages"]) < 20
+    got = []
+    while True:
+        r = client.inbox_read(group_id=group, actor_id="p1", by="p1", limit=200)
+        if not r["messages"]:
+            break
+        assert r["cursor"]["event_id"] == r["messages"][-1]["id"]
+        got += [m["id"] for m in r["messages"]]
+    assert got == sent

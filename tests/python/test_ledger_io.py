@@ -84,3 +84,118 @@ def test_CCCS_6_3_3_import_keeps_replies_cancellations_and_mail_cursors(client, 
         # The copy says what the original says: p1 replied, p2's request was cancelled, m0 is read.
         assert {a: s["status"] for a, s in st.items()} == {"p1": "replied", "p2": "cancelled"}, g
         assert [x["id"] for x in client.inbox_peek(group_id=g, actor_id="p2")["messages"]] == [m[1]["id"]], g
+
+
+def _deliveries(client, gid):
+    evs = client.call("ledger_search", {"group_id": gid, "kinds": ["runtime.delivery"], "limit": 1000})["events"]
+    return [(e["data"]["delivery_id"], e["data"]["state"]) for e in evs]
+
+
+def _settled(client, gid, did):
+    import time
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        states = [s for d, s in _deliveries(client, gid) if d == did]
+        if states and states[-1] != "claimed":
+            return states
+        time.sleep(0.05)
+    raise AssertionError(f"{did} never settled")
+
+
+def test_CCCS_6_4_5_import_round_trip_delivers_nothing_again_and_keeps_generations_and_delivery_states(client, daemon):
+    """Importing an exported ledger is history, not traffic: no imported message is claimed
+    again (one was accepted: no automatic retry, CCCS-6.4-5), the re-added actor keeps its
+    generation (CCCS-6.4-1: its delivery ids never reuse the removed generation's), and
+    ledger_statuses answers in the copy what it answers in the original. A delivery the
+    export caught in flight is settled ambiguous, never left claimed (CCCS-6.4-4)."""
+    from test_actor_lifecycle import all_events
+    g = client.group_create(title="orig")["group_id"]
+    client.actor_add(group_id=g, actor_id="lead", runtime="none")
+    client.actor_add(group_id=g, actor_id="p1", runtime="command", command=["true"])
+    m1 = client.send(group_id=g, text="to gen 1", to=["p1"], by="lead", message_mode="send")["event"]
+    _settled(client, g, f"delivery:p1:1:{m1['id']}")
+    client.actor_remove(group_id=g, actor_id="p1")
+    client.actor_add(group_id=g, actor_id="p1", runtime="command", command=["true"])
+    m2 = client.send(group_id=g, text="to gen 2", to=["p1"], by="lead", message_mode="send")["event"]
+    _settled(client, g, f"delivery:p1:2:{m2['id']}")
+    events = all_events(daemon, g)
+    # An export taken while m3's delivery was in flight: its claim without a result.
+    m3 = dict(m2, id="0" * 31 + "3", data=dict(m2["data"], text="in flight"))
+    claim = next(e for e in events if e["kind"] == "runtime.delivery" and e["data"]["state"] == "claimed")
+    in_flight = dict(claim, id="0" * 31 + "4",
+                     data=dict(claim["data"], source_event_id=m3["id"], delivery_id=f"delivery:p1:2:{m3['id']}"))
+    events += [m3, in_flight]
+    before = _deliveries(client, g) + [(in_flight["data"]["delivery_id"], "claimed")]
+    copy = "g_roundtrip"
+    assert client.call("ledger_import", {"group_id": copy, "events": events})["imported"] == len(events)
+    assert {a["id"]: a["generation"] for a in client.actor_list(group_id=copy)["actors"]} == {"lead": 1, "p1": 2}
+    # A new message in the copy: its delivery is the current generation's. Once it settled,
+    # the runtime worker has been through the import's batch too.
+    m4 = client.send(group_id=copy, text="after import", to=["p1"], by="lead", message_mode="send")["event"]
+    _settled(client, copy, f"delivery:p1:2:{m4['id']}")
+    after = [x for x in _deliveries(client, copy) if m4["id"] not in x[0]]
+    # Only what the export held, and the in-flight claim settled ambiguous.
+    assert after == before + [(in_flight["data"]["delivery_id"], "ambiguous")]
+    ids = [m1["id"], m2["id"]]
+    orig = client.call("ledger_statuses", {"group_id": g, "event_ids": ids})["statuses"]
+    assert client.call("ledger_statuses", {"group_id": copy, "event_ids": ids})["statuses"] == orig
+    st = client.call("ledger_statuses", {"group_id": copy, "event_ids": [m3["id"]]})["statuses"][m3["id"]]
+    assert st["obligation_status"]["p1"]["delivery_state"] == "ambiguous"
+    # ... and ambiguous is not retried without the caller's force.
+    from cccc_sdk import DaemonAPIError
+    import pytest
+    with pytest.raises(DaemonAPIError) as ei:
+        client.message_deliver(group_id=copy, source_event_id=m3["id"], actor_ids=["p1"])
+    assert ei.value.code == "delivery_conflict"
+
+
+def test_CCCS_12_4_import_never_settles_a_delivery_in_flight_here(tmp_path):
+    """An imported runtime.delivery is history of the ledger it came from: it never changes a
+    delivery this daemon already has. Otherwise a client could import a result for an attempt
+    in flight here, and the real result of that attempt could no longer be recorded."""
+    from cccc_sdk import CCCCClient
+    from conftest import Daemon
+    from test_session_delivery import attach, delivery_rows, wait_until
+    d = Daemon(tmp_path, ["--session-timeout-ms", "60000"]).start()
+    try:
+        client = CCCCClient(cccc_home=str(tmp_path))
+        g = client.group_create(title="live")["group_id"]
+        client.actor_add(group_id=g, actor_id="live", runtime="session")
+        # A consumer that never reads: the big frame's attempt stays claimed.
+        s, f = attach(d, g, "live")
+        srcs = [client.send(group_id=g, text=f"{i} " + "x" * 250_000, message_mode="send", to=["live"])["event"]["id"]
+                for i in range(4)]
+        stuck = wait_until(lambda: next((k for k in srcs if [r["state"] for r in delivery_rows(client, g).get(k, [])] == ["claimed"]), None),
+                           what="an attempt in flight")
+        did = f"delivery:live:1:{stuck}"
+        forged = {"v": 1, "id": "f" * 32, "ts": "2026-01-01T00:00:00Z", "kind": "runtime.delivery", "group_id": g,
+                  "scope_key": "", "by": "system",
+                  "data": {"actor_id": "live", "source_event_id": stuck, "delivery_id": did, "state": "accepted", "transport": "session"}}
+        assert client.call("ledger_import", {"group_id": g, "events": [forged]})["imported"] == 1
+        st = client.call("ledger_statuses", {"group_id": g, "event_ids": [stuck]})["statuses"][stuck]
+        assert st["obligation_status"]["live"]["delivery_state"] == "claimed"
+        # The consumer goes away: the attempt's own result is recorded, after the imported event.
+        f.close()
+        s.close()
+        wait_until(lambda: len(delivery_rows(client, g)[stuck]) == 3, what="the attempt's own result")
+        rows = [r["state"] for r in delivery_rows(client, g)[stuck]]
+        assert rows[:2] == ["claimed", "accepted"] and len(rows) == 3 and rows[2] in ("failed", "ambiguous"), rows
+    finally:
+        d.stop()
+
+
+def test_cli_export_import_round_trip_of_big_messages(client, group, daemon, tmp_path):
+    """An export of many big messages imports whole: the CLI sends its events in requests
+    that fit the daemon's request line limit (500 events a request made 5 MB of them one
+    refused request, and the import stopped)."""
+    ids = [client.send(group_id=group, text=f"{i} " + "b" * 10_000, message_mode="mail", to=["p1"])["event"]["id"]
+           for i in range(600)]
+    out = tmp_path / "big.ndjson"
+    run_cli(daemon.home, "--json", "ledger", "export", group, "--out", str(out))
+    r = run_cli(daemon.home, "--json", "ledger", "import", str(out), "--group-id", "g_big_copy", check=False)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["imported"] == len(out.read_bytes().splitlines())
+    got = []
+    while (batch := client.inbox_read(group_id="g_big_copy", actor_id="p1", by="p1", limit=200)["messages"]):
+        got += [m["id"] for m in batch]
+    assert got == ids

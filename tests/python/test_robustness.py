@@ -203,3 +203,21 @@ def test_pipelined_sends_share_commits_keep_order_and_reads_see_them(daemon, cli
     assert seqs == list(range(seqs[0], seqs[0] + n)), "pipelined sends keep their order"
     assert answers[n]["ok"] is False and answers[n]["error"]["code"] == "invalid_request"
     assert answers[n + 1]["result"]["head_seq"] == seqs[-1], "a read after pipelined writes sees them"
+
+
+def test_no_request_creates_an_event_the_sdk_cannot_read_back(client, group, daemon):
+    """The cccc-sdk reads answer and stream lines of at most 4,000,000 bytes. A raw client
+    could send a message of just over that (refs), accepted under a 4 MiB request limit; the
+    event then broke every SDK stream replaying past it and its recipient's inbox_read (the
+    cursor moved, the SDK refused the answer). The request limit now keeps events readable."""
+    refs = [{"kind": "url", "url": "https://e.com/", "title": "t" * 63_000} for _ in range(64)]
+    r = daemon.raw({"v": 1, "op": "send", "args": {"group_id": group, "text": "big", "message_mode": "mail",
+                                                   "to": ["p1"], "by": "lead", "refs": refs}})
+    assert r["ok"] is False and r["error"]["code"] == "limit_exceeded"
+    assert r["error"]["details"]["reason"] == "request_too_large"
+    # What is accepted is read back whole through the SDK.
+    refs = refs[:50]
+    assert daemon.raw({"v": 1, "op": "send", "args": {"group_id": group, "text": "big", "message_mode": "mail",
+                                                      "to": ["p1"], "by": "lead", "refs": refs}})["ok"] is True
+    got = client.inbox_read(group_id=group, actor_id="p1", by="p1")["messages"]
+    assert len(got) == 1 and len(got[0]["data"]["refs"]) == 50

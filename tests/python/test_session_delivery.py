@@ -186,3 +186,106 @@ def test_session_queue_depth_is_explicit_and_a_full_queue_fails_the_handoff(home
         s.close()
     finally:
         d.stop()
+
+
+def test_CCCS_6_4_1_removed_actors_session_ends_and_never_gets_the_readded_generations_deliveries(client, group, daemon):
+    """A session belongs to the actor generation it attached as. Removing the actor ends it;
+    an actor added again under the same id is another generation, whose deliveries never
+    reach the old connection (it might be held by whoever was removed)."""
+    client.actor_add(group_id=group, actor_id="live", runtime="session")
+    s, f = attach(daemon, group, "live")
+    client.actor_remove(group_id=group, actor_id="live")
+    client.actor_add(group_id=group, actor_id="live", runtime="session")
+    assert next(a for a in client.actor_list(group_id=group)["actors"] if a["id"] == "live")["attached"] is False
+    m = client.send(group_id=group, text="for the new generation", message_mode="send", to=["live"])["event"]
+    # The old session was closed: heartbeats until then, never the new generation's message.
+    while (line := f.readline()):
+        assert json.loads(line)["t"] == "heartbeat", line
+    did = f"delivery:live:2:{m['id']}"
+    wait_until(lambda: latest(client, group, [m["id"]])[m["id"]] not in (None, "claimed"), what="settled")
+    rows = delivery_rows(client, group)[m["id"]]
+    assert [(r["delivery_id"], r["state"]) for r in rows] == [(did, "claimed"), (did, "failed")]
+    assert rows[-1]["reason"] == "no session attached"
+    f.close()
+    s.close()
+    # The new generation's own session gets it on an explicit retry.
+    s2, f2 = attach(daemon, group, "live")
+    client.message_deliver(group_id=group, source_event_id=m["id"], actor_ids=["live"])
+    item = json.loads(f2.readline())
+    while item["t"] != "delivery":
+        item = json.loads(f2.readline())
+    assert item["delivery_id"] == did and item["event"]["id"] == m["id"]
+    wait_until(lambda: latest(client, group, [m["id"]])[m["id"]] == "accepted", what="accepted")
+    f2.close()
+    s2.close()
+
+
+def test_CCCS_6_4_2_graceful_shutdown_records_failed_for_frames_never_written(slow_daemon):
+    """A daemon asked to stop settles what it can still prove: frames queued behind a stalled
+    consumer were never written (failed, retryable after the restart), the one being written
+    is ambiguous. Before, every one of them was left claimed and came back ambiguous, so no
+    never-written message could be retried without force."""
+    client = CCCCClient(cccc_home=str(slow_daemon.home))
+    gid = client.group_create(title="stop")["group_id"]
+    client.actor_add(group_id=gid, actor_id="live", runtime="session")
+    s, f = attach(slow_daemon, gid, "live")
+    srcs = send_many(client, gid, "live", 20)
+    before = wait_writer_blocked(client, gid, srcs)
+    assert slow_daemon.raw({"v": 1, "op": "shutdown"})["result"]["shutting_down"] is True
+    slow_daemon.proc.wait(30)
+    f.close()
+    s.close()
+    slow_daemon.start()
+    rows = delivery_rows(client, gid)
+    for src in srcs:
+        assert [r["state"] for r in rows[src]][0] == "claimed" and len(rows[src]) == 2, rows[src]
+    after = latest(client, gid, srcs)
+    assert {k for k, v in after.items() if v == "accepted"} == {k for k, v in before.items() if v == "accepted"}
+    failed = [k for k, v in after.items() if v == "failed"]
+    assert failed and sum(v == "ambiguous" for v in after.values()) <= 1, after
+    assert all(rows[k][-1]["reason"] == "session closed before the payload was written" for k in failed)
+    # failed may be retried once the consumer is back, and arrives.
+    s2, f2 = attach(slow_daemon, gid, "live")
+    client.message_deliver(group_id=gid, source_event_id=failed[0], actor_ids=["live"])
+    item = json.loads(f2.readline())
+    while item["t"] != "delivery":
+        item = json.loads(f2.readline())
+    assert item["event"]["id"] == failed[0]
+    f2.close()
+    s2.close()
+
+
+def test_session_receives_its_messages_in_ledger_order(client, group, daemon):
+    """The ledger's append order is the authoritative order (CCCS §4.3): an attached session
+    gets its deliveries in that order, also when senders pipeline and write concurrently
+    (each delivery used to be claimed and queued by its own task, so the first frame out
+    could be the 100th message)."""
+    import threading
+    client.actor_add(group_id=group, actor_id="live", runtime="session")
+    s, f = attach(daemon, group, "live")
+    n, senders = 150, 3
+
+    def pipeline(k):
+        c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        c.settimeout(60)
+        c.connect(str(daemon.sock))
+        c.sendall(b"".join((json.dumps({"v": 1, "op": "send", "args": {
+            "group_id": group, "text": f"{k}-{i}", "to": ["live"], "message_mode": "send", "by": "lead"}}) + "\n").encode()
+            for i in range(n)))
+        cf = c.makefile("rb")
+        for _ in range(n):
+            assert json.loads(cf.readline())["ok"] is True
+        c.close()
+
+    threads = [threading.Thread(target=pipeline, args=(k,)) for k in range(senders)]
+    for t in threads:
+        t.start()
+    seqs = []
+    while len(seqs) < n * senders:
+        item = json.loads(f.readline())
+        if item["t"] == "delivery":
+            seqs.append(item["event"]["seq"])
+    for t in threads:
+        t.join()
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+    s.close()

@@ -141,3 +141,10 @@ def test_gate_is_fail_closed_when_the_evidence_store_cannot_be_written_ccs_11_1_
     assert ei.value.details["ccs"]["error_code"] == "INTAKE_FAILED"
     assert "secret" not in json.dumps(ei.value.details) + str(ei.value)
     assert client.call("ledger_tail", {"group_id": group, "limit": 1})["head_seq"] == head
+
+
+def test_tool_gate_is_advertised_in_capabilities(client):
+    """ping.capabilities lists every op the IPC face serves (CCCS §10.3 discovery): an SDK
+    that adapts to capabilities must find the gate it is meant to call before every tool."""
+    caps = client.ping()["capabilities"]
+    assert caps.get("tool_gate") is True and caps.get("runtime_attach") is True

@@ -13,6 +13,9 @@ use crate::client_cmds::connect;
 
 /// Events per import request (keeps each request well under the frame limit).
 const IMPORT_CHUNK: usize = 500;
+/// Bytes of events per `ledger_import` request: well inside the daemon's request line limit
+/// (a chunk of 500 big messages used to exceed it, and the import stopped there).
+const IMPORT_CHUNK_BYTES: usize = convene_ipc::MAX_REQUEST_BYTES / 2;
 
 /// Ledger commands.
 #[derive(Subcommand)]
@@ -126,6 +129,7 @@ fn import(home: &Path, json_out: bool, path: &Path, group_id: Option<String>) ->
     let mut c = connect(home)?;
     let mut gid = group_id;
     let mut chunk: Vec<Value> = Vec::new();
+    let mut chunk_bytes = 0usize;
     let (mut imported, mut skipped, mut torn) = (0u64, 0u64, 0u64);
     let mut flush =
         |c: &mut convene_ipc::client::Client, gid: &str, chunk: &mut Vec<Value>| -> Result<()> {
@@ -157,10 +161,17 @@ fn import(home: &Path, json_out: bool, path: &Path, group_id: Option<String>) ->
         if gid.is_none() {
             gid = v["group_id"].as_str().map(str::to_string);
         }
+        if !chunk.is_empty() && chunk_bytes + line.len() > IMPORT_CHUNK_BYTES {
+            let g = gid.clone().unwrap_or_default();
+            flush(&mut c, &g, &mut chunk)?;
+            chunk_bytes = 0;
+        }
+        chunk_bytes += line.len() + 1;
         chunk.push(v);
         if chunk.len() >= IMPORT_CHUNK {
             let g = gid.clone().unwrap_or_default();
             flush(&mut c, &g, &mut chunk)?;
+            chunk_bytes = 0;
         }
     }
     let Some(g) = gid else {

@@ -400,8 +400,10 @@ impl Core {
                     None => per_group.push((e.group_id.clone(), vec![fe])),
                 }
                 // Only prompt-delivery messages in groups with a driven runtime concern the
-                // runtime worker (Cowchat rooms have none: no clone, no wake-up per message).
-                if e.kind == convene_core::event::kinds::CHAT_MESSAGE
+                // runtime worker (Cowchat rooms have none: no clone, no wake-up per message);
+                // imported messages are history, delivered (or not) where they were sent.
+                if !out.replayed
+                    && e.kind == convene_core::event::kinds::CHAT_MESSAGE
                     && matches!(e.data_str("message_mode"), Some("send" | "request_reply"))
                 {
                     let has = match driven.iter().find(|(g, _)| *g == e.group_id) {

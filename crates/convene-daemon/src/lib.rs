@@ -155,6 +155,9 @@ impl Daemon {
     }
 }
 
+/// How long a stopping daemon waits for in-progress deliveries to record their results.
+const SHUTDOWN_SETTLE_BOUND: Duration = Duration::from_secs(3);
+
 /// A started daemon.
 pub struct Running {
     /// Shared state.
@@ -334,6 +337,19 @@ impl Running {
             if rx.changed().await.is_err() {
                 break;
             }
+        }
+        // Sessions end with shutdown: record what their handoffs established (a frame
+        // still queued was never written: failed) while the ledger still takes it.
+        let left = self
+            .daemon
+            .runtime
+            .settle_in_flight(SHUTDOWN_SETTLE_BOUND)
+            .await;
+        if left > 0 {
+            tracing::warn!(
+                count = left,
+                "deliveries still in progress at shutdown; the next start settles them ambiguous"
+            );
         }
         // Let in-flight answers leave before the socket goes away.
         tokio::time::sleep(Duration::from_millis(50)).await;

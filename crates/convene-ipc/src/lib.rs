@@ -10,8 +10,11 @@ use serde_json::{json, Map, Value};
 pub const IPC_V: u64 = 1;
 
 /// Largest request line accepted, newline included (CCCC's own limit is 16 MiB; the SDK
-/// never sends more than 2 MB, so 4 MiB leaves room without inviting memory abuse).
-pub const MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
+/// never sends more than 2 MB). Below the 4,000,000 bytes the SDK reads in one answer or
+/// stream line, so no request can create an event that SDK clients cannot read back (such an
+/// event stopped every SDK `events_stream` replaying past it, and its recipient's
+/// `inbox_read` marked it read while the SDK refused the answer).
+pub const MAX_REQUEST_BYTES: usize = 3_500_000;
 
 /// A parsed request.
 #[derive(Debug, Clone, PartialEq)]

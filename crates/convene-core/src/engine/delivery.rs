@@ -13,6 +13,11 @@ pub fn delivery_id(actor_id: &str, generation: u64, source_event_id: &str) -> St
     format!("delivery:{actor_id}:{generation}:{source_event_id}")
 }
 
+/// The actor generation a [`delivery_id`] was made for (actor ids hold no `:`).
+pub fn delivery_generation(delivery_id: &str) -> Option<u64> {
+    delivery_id.split(':').nth(2)?.parse().ok()
+}
+
 pub(super) fn claim(
     ctx: &mut Ctx<'_>,
     group_id: &str,

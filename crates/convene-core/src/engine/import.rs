@@ -2,14 +2,22 @@
 
 use serde_json::{Map, Value};
 
+use std::collections::HashMap;
+
 use super::{chat, chat::project_message, get_str, groups, Ctx};
 use crate::error::CoreError;
 use crate::event::{format_ts, kinds, new_event_id, Event, ENVELOPE_V};
 use crate::model::{Actor, Group, Role};
+use crate::view::{Change, DeliveryRow};
 
 /// Imports events in order. The group is created when absent (from the first
 /// `group.create`, else bare). Events whose id is already in the group are skipped, so an
 /// import can be repeated. `seq` is reassigned; `id`, `ts`, `by`, `kind`, `data` are kept.
+/// The outcome is history ([`Outcome::replayed`](super::Outcome)): nothing is delivered for
+/// it. Imported `runtime.delivery` events set their deliveries' states; one whose latest
+/// state is `claimed` was left in flight by the process that exported it and is settled to
+/// `ambiguous` here, as at startup (§6.4). A delivery the group already has is never changed
+/// by an imported event (so an import cannot settle an attempt in flight in this process).
 pub(super) fn import(
     ctx: &mut Ctx<'_>,
     group_id: &str,
@@ -57,6 +65,9 @@ pub(super) fn import(
             Group::new(group_id.to_string(), title, topic, created_at, ts),
         );
     }
+    ctx.out.replayed = true;
+    // Deliveries this import set, by id: the view does not see this command's own changes.
+    let mut deliveries: HashMap<String, DeliveryRow> = HashMap::new();
     for (kind, o) in parsed {
         let id = get_str(&o, "id")
             .filter(|s| !s.is_empty())
@@ -104,9 +115,25 @@ pub(super) fn import(
                     chat::close_open_obligations(ctx, group_id, src, &ev.id)?;
                 }
             }
+            kinds::RUNTIME_DELIVERY => {
+                // A delivery the group already had before this import is this daemon's own
+                // (possibly in flight): an imported event is kept but never changes it.
+                let row = match delivery_row(&ev) {
+                    Some(r) if deliveries.contains_key(&r.delivery_id) => Some(r),
+                    Some(r) if ctx.view.delivery(group_id, &r.delivery_id)?.is_none() => Some(r),
+                    _ => None,
+                };
+                if let Some(row) = row {
+                    deliveries.insert(row.delivery_id.clone(), row.clone());
+                    ctx.out.changes.push(Change::Delivery {
+                        group_id: group_id.to_string(),
+                        row,
+                    });
+                }
+            }
             kinds::ACTOR_REMOVE => {
                 if let Some(actor) = ev.data_str("actor_id") {
-                    ctx.out.changes.push(crate::view::Change::ActorRetire {
+                    ctx.out.changes.push(Change::ActorRetire {
                         group_id: group_id.to_string(),
                         actor_id: actor.to_string(),
                         closed_by: ev.id.clone(),
@@ -125,7 +152,70 @@ pub(super) fn import(
             _ => {}
         }
     }
+    settle_in_flight(ctx, group_id, deliveries)?;
     ctx.upsert(group_id);
+    Ok(())
+}
+
+/// The `reason` of the `ambiguous` an import appends for a delivery it found in flight.
+pub const IMPORT_SETTLED: &str = "claimed in an imported ledger; handoff cannot be proven";
+
+/// The delivery row an imported `runtime.delivery` event sets, if it names one.
+fn delivery_row(ev: &Event) -> Option<DeliveryRow> {
+    let field = |k: &str| ev.data_str(k).filter(|s| !s.is_empty()).map(str::to_string);
+    let state = field("state")?;
+    if !matches!(
+        state.as_str(),
+        "claimed" | "accepted" | "failed" | "ambiguous"
+    ) {
+        return None;
+    }
+    Some(DeliveryRow {
+        delivery_id: field("delivery_id")?,
+        actor_id: field("actor_id")?,
+        source_event_id: field("source_event_id")?,
+        state,
+        transport: field("transport").unwrap_or_default(),
+    })
+}
+
+/// Appends `ambiguous` for every imported delivery whose latest state is `claimed`: no
+/// process of this daemon runs that attempt, so nothing else would ever settle it.
+fn settle_in_flight(
+    ctx: &mut Ctx<'_>,
+    group_id: &str,
+    deliveries: HashMap<String, DeliveryRow>,
+) -> Result<(), CoreError> {
+    let mut claimed: Vec<DeliveryRow> = deliveries
+        .into_values()
+        .filter(|r| r.state == "claimed")
+        .collect();
+    claimed.sort_by(|a, b| a.delivery_id.cmp(&b.delivery_id));
+    for row in claimed {
+        let scope = ctx
+            .out
+            .events
+            .iter()
+            .find(|e| e.id == row.source_event_id)
+            .map(|e| e.scope_key.clone())
+            .unwrap_or_default();
+        let data = serde_json::json!({
+            "actor_id": row.actor_id,
+            "source_event_id": row.source_event_id,
+            "delivery_id": row.delivery_id,
+            "state": "ambiguous",
+            "transport": row.transport,
+            "reason": IMPORT_SETTLED,
+        });
+        ctx.append(group_id, kinds::RUNTIME_DELIVERY, "system", scope, data)?;
+        ctx.out.changes.push(Change::Delivery {
+            group_id: group_id.to_string(),
+            row: DeliveryRow {
+                state: "ambiguous".into(),
+                ..row
+            },
+        });
+    }
     Ok(())
 }
 
@@ -150,6 +240,17 @@ fn apply_management(ctx: &mut Ctx<'_>, group_id: &str, kind: &str, data: &Value)
                 && groups::validate_actor_id(&actor_id).is_ok() =>
         {
             let src = d.get("actor").and_then(Value::as_object).unwrap_or(d);
+            // The generation the event records (Convene's own), never one a removed actor
+            // of this id already had here: delivery ids stay apart between generations.
+            let after_retired = g
+                .retired_generations
+                .get(&actor_id)
+                .and_then(Value::as_u64)
+                .map_or(1, |n| n + 1);
+            let generation = src
+                .get("generation")
+                .and_then(Value::as_u64)
+                .map_or(after_retired, |n| n.max(after_retired));
             g.actors.push(Actor {
                 id: actor_id,
                 role: Role::Peer,
@@ -161,7 +262,7 @@ fn apply_management(ctx: &mut Ctx<'_>, group_id: &str, kind: &str, data: &Value)
                     .get("internal")
                     .and_then(Value::as_bool)
                     .unwrap_or(false),
-                generation: 1,
+                generation,
                 default_scope_key: String::new(),
                 created_at: String::new(),
                 updated_at: String::new(),
@@ -170,6 +271,11 @@ fn apply_management(ctx: &mut Ctx<'_>, group_id: &str, kind: &str, data: &Value)
             g.fix_roles();
         }
         kinds::ACTOR_REMOVE if !actor_id.is_empty() => {
+            if let Some(a) = g.actor(&actor_id) {
+                let generation = a.generation;
+                g.retired_generations
+                    .insert(actor_id.clone(), Value::from(generation));
+            }
             g.actors.retain(|a| a.id != actor_id);
             g.fix_roles();
         }

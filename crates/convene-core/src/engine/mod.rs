@@ -21,7 +21,8 @@ use crate::model::Group;
 use crate::view::{Change, LedgerView};
 
 pub use chat::{delivery_targets, im_eligible, insight_len, MAX_INSIGHT_CHARS};
-pub use delivery::delivery_id;
+pub use delivery::{delivery_generation, delivery_id};
+pub use import::IMPORT_SETTLED;
 
 /// Limits the engine enforces on content (frame limits belong to the faces).
 #[derive(Debug, Clone)]
@@ -62,6 +63,9 @@ pub struct Outcome {
     pub changes: Vec<Change>,
     /// For an idempotent duplicate: the original event, and no new events.
     pub existing: Option<Event>,
+    /// The events record history (an import), not new traffic: nothing is delivered for
+    /// them (their deliveries, if any, are in the history itself).
+    pub replayed: bool,
 }
 
 impl Outcome {

@@ -56,6 +56,7 @@ pub const OPS: &[&str] = &[
     "ledger_import",
     "events_stream",
     "runtime_attach",
+    "tool_gate",
 ];
 
 /// Who is on the other end of a connection.
@@ -124,10 +125,27 @@ async fn dispatch(d: &Daemon, op: &str, a: Args) -> Result<Value, CoreError> {
             let gid = a.req("group_id")?;
             let events = a.obj_list("events")?;
             let n = events.len();
+            let given: std::collections::HashSet<String> = events
+                .iter()
+                .filter_map(|e| e.get("id").and_then(Value::as_str).map(str::to_string))
+                .collect();
             let c = d.import(gid.clone(), events).await?;
-            Ok(
-                json!({"group_id": gid, "received": n, "imported": c.events.len(), "skipped": n - c.events.len()}),
-            )
+            // The import's own last events: in-flight claims it settled to ambiguous.
+            let settled = c
+                .events
+                .iter()
+                .rev()
+                .take_while(|(e, _)| {
+                    e.kind == convene_core::event::kinds::RUNTIME_DELIVERY
+                        && e.data_str("reason") == Some(convene_core::engine::IMPORT_SETTLED)
+                        && !given.contains(&e.id)
+                })
+                .count();
+            let imported = c.events.len() - settled;
+            Ok(json!({
+                "group_id": gid, "received": n, "imported": imported,
+                "skipped": n.saturating_sub(imported), "settled": settled,
+            }))
         }
         _ => Err(
             CoreError::new(ErrorCode::UnknownOp, format!("unknown operation: {op}")).with("op", op),

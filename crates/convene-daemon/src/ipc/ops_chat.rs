@@ -242,13 +242,34 @@ fn inbox_common(d: &Daemon, a: &Args) -> Result<(String, String, usize), CoreErr
     Ok((gid, actor, limit))
 }
 
+/// Bytes of messages one inbox answer carries at most: the `cccc-sdk` refuses an answer line
+/// over 4,000,000 bytes (its outcome is then unknown to the caller), so an `inbox_read` that
+/// moved the cursor over more than that would mark Mail read that nobody received.
+pub const INBOX_ANSWER_BYTES: usize = 3_000_000;
+
+/// The longest prefix of `items` within [`INBOX_ANSWER_BYTES`] (never empty when `items` is
+/// not: one message always goes).
+fn fit_answer(items: &mut Vec<convene_store::RawEvent>) {
+    let mut total = 0;
+    let keep = items
+        .iter()
+        .take_while(|r| {
+            total += r.json.len();
+            total <= INBOX_ANSWER_BYTES
+        })
+        .count()
+        .max(1);
+    items.truncate(keep);
+}
+
 pub(super) fn inbox_peek(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
     let (gid, actor, limit) = inbox_common(d, a)?;
-    let (items, cursor) = d
+    let (mut items, cursor) = d
         .ledger
         .readers()
         .inbox(&gid, &actor, limit)
         .map_err(CoreError::from)?;
+    fit_answer(&mut items);
     Ok(
         json!({"cursor": cursor_value(d, &gid, cursor)?, "messages": items.iter().map(|r| raw_value(&r.json)).collect::<Vec<_>>()}),
     )
@@ -257,11 +278,13 @@ pub(super) fn inbox_peek(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
 pub(super) async fn inbox_read(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
     let (gid, actor, limit) = inbox_common(d, a)?;
     let by = a.by()?;
-    let (items, cursor) = d
+    let (mut items, cursor) = d
         .ledger
         .readers()
         .inbox(&gid, &actor, limit)
         .map_err(CoreError::from)?;
+    // The cursor moves only over what this answer carries.
+    fit_answer(&mut items);
     let mut event = Value::Null;
     let mut cursor_seq = cursor;
     if let Some(last) = items.last() {

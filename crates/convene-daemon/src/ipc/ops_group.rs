@@ -155,6 +155,7 @@ pub(super) async fn group_delete(d: &Daemon, a: &Args) -> Result<Value, CoreErro
             by: a.by()?,
         })
         .await?;
+    d.runtime.sessions.end_group(&gid);
     Ok(json!({"deleted": true, "group_id": gid}))
 }
 
@@ -209,15 +210,15 @@ pub(super) async fn detach_scope(d: &Daemon, a: &Args) -> Result<Value, CoreErro
 
 fn actor_value(d: &Daemon, gid: &str, id: &str) -> Value {
     let eng = d.ledger.engine();
-    let mut v = eng
-        .group(gid)
-        .and_then(|g| g.actor(id))
+    let actor = eng.group(gid).and_then(|g| g.actor(id));
+    let generation = actor.map(|a| a.generation).unwrap_or_default();
+    let mut v = actor
         .map(|a| serde_json::to_value(a).unwrap_or(Value::Null))
         .unwrap_or(Value::Null);
     if let Value::Object(m) = &mut v {
         m.insert(
             "attached".into(),
-            json!(d.runtime.sessions.is_attached(gid, id)),
+            json!(d.runtime.sessions.is_attached(gid, id, generation)),
         );
         if let Ok(n) = d.ledger.readers().unread(gid, id) {
             m.insert("unread_mail".into(), json!(n));
@@ -268,11 +269,13 @@ pub(super) async fn actor_remove(d: &Daemon, a: &Args) -> Result<Value, CoreErro
     let c = d
         .ledger
         .execute(Command::ActorRemove {
-            group_id: gid,
+            group_id: gid.clone(),
             by: a.by()?,
             actor_id: id.clone(),
         })
         .await?;
+    // The generation ended: so does its session (no later generation's delivery reaches it).
+    d.runtime.sessions.end_actor(&gid, &id);
     Ok(json!({"actor_id": id, "event": first(&c)}))
 }
 

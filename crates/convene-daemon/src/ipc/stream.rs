@@ -207,7 +207,7 @@ where
     R: AsyncBufRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let check = (|| -> Result<(String, String), CoreError> {
+    let check = (|| -> Result<(String, String, u64), CoreError> {
         let gid = a.req("group_id")?;
         let actor = a.req("actor_id")?;
         let by = a
@@ -216,21 +216,24 @@ where
             .unwrap_or_else(|| actor.clone());
         let eng = d.ledger.engine();
         let g = eng.group(&gid).ok_or_else(|| CoreError::no_group(&gid))?;
-        g.actor(&actor).ok_or_else(|| CoreError::no_actor(&actor))?;
+        let generation = g
+            .actor(&actor)
+            .ok_or_else(|| CoreError::no_actor(&actor))?
+            .generation;
         if by != actor && by != "user" {
             return Err(CoreError::denied(
                 "only the actor itself or the user may attach its session",
             )
             .with("by", by));
         }
-        Ok((gid, actor))
+        Ok((gid, actor, generation))
     })();
-    let (gid, actor) = match check {
+    let (gid, actor, generation) = match check {
         Ok(x) => x,
         Err(e) => return w.write_all(&super::error_line(&e)).await,
     };
     let sessions = &d.runtime.sessions;
-    let attached = sessions.attach(&gid, &actor);
+    let attached = sessions.attach(&gid, &actor, generation);
     let id = attached.id;
     let res = attached_loop(d, attached.rx, &gid, &actor, reader, w).await;
     // Frames still queued are dropped with the queue (their handoffs record failed).
@@ -263,7 +266,12 @@ where
     loop {
         tokio::select! {
             m = rx.recv() => match m {
-                Some(frame) => crate::runtime::write_frame(w, frame, bound).await?,
+                Some(frame) => tokio::select! {
+                    r = crate::runtime::write_frame(w, frame, bound) => r?,
+                    // Shutdown does not wait out a stalled write: the frame is dropped
+                    // mid-write and its handoff records ambiguous.
+                    _ = shutdown.changed() => return Ok(()),
+                },
                 None => return Ok(()),
             },
             _ = tokio::time::sleep(hb) => {

@@ -52,10 +52,13 @@ pub struct Frame {
 /// Receiving end held by the attached connection.
 pub type SessionRx = mpsc::Receiver<Frame>;
 
-/// An attached session's queue and the id of its attach (a newer attach replaces it).
-type SessionMap = HashMap<(String, String), (u64, mpsc::Sender<Frame>)>;
+/// An attached session: the id of its attach (a newer attach replaces it), the actor
+/// generation it attached as, and its queue.
+type SessionMap = HashMap<(String, String), (u64, u64, mpsc::Sender<Frame>)>;
 
-/// Attached sessions by (group, actor). A newer attach replaces an older one.
+/// Attached sessions by (group, actor). A newer attach replaces an older one. A session
+/// belongs to the actor generation it attached as: it never receives a later generation's
+/// deliveries (an actor removed and added again under its id is another actor, §6.4).
 pub struct Sessions {
     map: Mutex<SessionMap>,
     next_id: AtomicU64,
@@ -93,45 +96,85 @@ impl Sessions {
         self.timeout
     }
 
-    /// Attaches a session and returns its queue.
-    pub fn attach(&self, group_id: &str, actor_id: &str) -> Attached {
+    /// Attaches a session of the actor's `generation` and returns its queue.
+    pub fn attach(&self, group_id: &str, actor_id: &str, generation: u64) -> Attached {
         let (tx, rx) = mpsc::channel(self.queue);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.map.lock().insert(
+            (group_id.to_string(), actor_id.to_string()),
+            (id, generation, tx),
+        );
+        Attached { rx, id }
+    }
+
+    /// Ends the actor's session (its generation ended): the connection writes what is
+    /// already queued for it, then closes.
+    pub fn end_actor(&self, group_id: &str, actor_id: &str) {
         self.map
             .lock()
-            .insert((group_id.to_string(), actor_id.to_string()), (id, tx));
-        Attached { rx, id }
+            .remove(&(group_id.to_string(), actor_id.to_string()));
+    }
+
+    /// Ends every session of a deleted group.
+    pub fn end_group(&self, group_id: &str) {
+        self.map.lock().retain(|(g, _), _| g != group_id);
     }
 
     /// Forgets attach `id` if it is still the current one for the actor.
     pub fn detach(&self, group_id: &str, actor_id: &str, id: u64) {
         let key = (group_id.to_string(), actor_id.to_string());
         let mut map = self.map.lock();
-        if map.get(&key).map(|(i, _)| *i == id).unwrap_or(false) {
+        if map.get(&key).map(|(i, _, _)| *i == id).unwrap_or(false) {
             map.remove(&key);
         }
     }
 
-    /// Whether a live session is attached.
-    pub fn is_attached(&self, group_id: &str, actor_id: &str) -> bool {
+    /// Whether a live session of the actor's `generation` is attached.
+    pub fn is_attached(&self, group_id: &str, actor_id: &str, generation: u64) -> bool {
         self.map
             .lock()
             .get(&(group_id.to_string(), actor_id.to_string()))
-            .map(|(_, t)| !t.is_closed())
+            .map(|(_, g, t)| *g == generation && !t.is_closed())
             .unwrap_or(false)
     }
 
+    /// Hands one payload of the actor's `generation` to its session: queues it, then waits
+    /// for what its writer reports.
+    #[cfg(test)]
     pub(super) async fn hand_off(
         &self,
         group_id: &str,
         actor_id: &str,
+        generation: u64,
         delivery_id: &str,
         event_json: &str,
     ) -> Handoff {
+        match self.enqueue(group_id, actor_id, generation, delivery_id, event_json) {
+            Ok(p) => p.outcome().await,
+            Err(h) => h,
+        }
+    }
+
+    /// Queues one payload of the actor's `generation` on its session, without waiting:
+    /// frames queued one after another are written in that order. `Err` is a handoff that
+    /// could not start.
+    pub(super) fn enqueue(
+        &self,
+        group_id: &str,
+        actor_id: &str,
+        generation: u64,
+        delivery_id: &str,
+        event_json: &str,
+    ) -> Result<Pending, Handoff> {
         let key = (group_id.to_string(), actor_id.to_string());
-        let Some((id, tx)) = self.map.lock().get(&key).cloned() else {
-            return Handoff::Failed("no session attached".into());
+        let Some((id, attached_as, tx)) = self.map.lock().get(&key).cloned() else {
+            return Err(Handoff::Failed("no session attached".into()));
         };
+        if attached_as != generation {
+            return Err(Handoff::Failed(format!(
+                "no session attached for actor generation {generation} (the attached one is generation {attached_as})"
+            )));
+        }
         let state = Arc::new(AtomicU8::new(QUEUED));
         let (done, written) = oneshot::channel();
         let frame = Frame {
@@ -142,15 +185,40 @@ impl Sessions {
         match tx.try_send(frame) {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Full(_)) => {
-                return Handoff::Failed(format!("session queue full ({} frames)", self.queue));
+                return Err(Handoff::Failed(format!(
+                    "session queue full ({} frames)",
+                    self.queue
+                )));
             }
             Err(mpsc::error::TrySendError::Closed(_)) => {
                 self.detach(group_id, actor_id, id);
-                return Handoff::Failed("session detached".into());
+                return Err(Handoff::Failed("session detached".into()));
             }
         }
-        drop(tx);
-        match tokio::time::timeout(self.timeout, written).await {
+        Ok(Pending {
+            state,
+            written,
+            timeout: self.timeout,
+        })
+    }
+}
+
+/// A frame queued on a session, waiting for its writer's report.
+pub(super) struct Pending {
+    state: Arc<AtomicU8>,
+    written: oneshot::Receiver<Written>,
+    timeout: Duration,
+}
+
+impl Pending {
+    /// What the writer established within the handoff bound.
+    pub(super) async fn outcome(self) -> Handoff {
+        let Pending {
+            state,
+            written,
+            timeout,
+        } = self;
+        match tokio::time::timeout(timeout, written).await {
             Ok(Ok(Written::Whole)) => Handoff::Accepted,
             Ok(Ok(Written::Broken(e))) => {
                 Handoff::Ambiguous(format!("session write broke off mid-frame: {e}"))
@@ -163,7 +231,7 @@ impl Sessions {
                 _ => Handoff::Ambiguous("session ended while the payload was being written".into()),
             },
             Err(_) => {
-                let secs = self.timeout.as_secs_f64();
+                let secs = timeout.as_secs_f64();
                 match state.compare_exchange(QUEUED, WITHDRAWN, Ordering::AcqRel, Ordering::Acquire)
                 {
                     Ok(_) => Handoff::Failed(format!(
@@ -219,19 +287,19 @@ mod tests {
     #[tokio::test]
     async fn full_queue_fails_the_handoff_and_drop_fails_queued_frames() {
         let s = Arc::new(Sessions::new(2, Duration::from_secs(30)));
-        let att = s.attach("g", "a");
+        let att = s.attach("g", "a", 1);
         let mut tasks = Vec::new();
         for i in 0..2 {
             let s = s.clone();
             tasks.push(tokio::spawn(async move {
-                s.hand_off("g", "a", &format!("d{i}"), "{}").await
+                s.hand_off("g", "a", 1, &format!("d{i}"), "{}").await
             }));
         }
         // Both are queued (nobody drains): the third finds the queue full.
         while att.rx.len() < 2 {
             tokio::task::yield_now().await;
         }
-        match s.hand_off("g", "a", "d2", "{}").await {
+        match s.hand_off("g", "a", 1, "d2", "{}").await {
             Handoff::Failed(r) => assert_eq!(r, "session queue full (2 frames)"),
             h => panic!("expected failed, got {h:?}"),
         }
@@ -250,8 +318,8 @@ mod tests {
     #[tokio::test]
     async fn unstarted_frame_is_withdrawn_after_the_bound_and_never_written() {
         let s = Arc::new(Sessions::new(4, Duration::from_millis(50)));
-        let mut att = s.attach("g", "a");
-        match s.hand_off("g", "a", "d", "{}").await {
+        let mut att = s.attach("g", "a", 1);
+        match s.hand_off("g", "a", 1, "d", "{}").await {
             Handoff::Failed(r) => assert!(r.contains("withdrawn"), "{r}"),
             h => panic!("expected failed, got {h:?}"),
         }
@@ -264,11 +332,28 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn another_generations_session_gets_nothing() {
+        let s = Arc::new(Sessions::new(4, Duration::from_secs(30)));
+        // Attached as generation 1 while generation 2's delivery is handed off (the actor
+        // was removed and added again in between).
+        let att = s.attach("g", "a", 1);
+        match s.hand_off("g", "a", 2, "d", "{}").await {
+            Handoff::Failed(r) => assert!(r.contains("generation 2"), "{r}"),
+            h => panic!("expected failed, got {h:?}"),
+        }
+        assert!(
+            att.rx.is_empty(),
+            "nothing may be queued for the old generation"
+        );
+        assert!(!s.is_attached("g", "a", 2) && s.is_attached("g", "a", 1));
+    }
+
+    #[tokio::test]
     async fn written_frame_is_accepted() {
         let s = Arc::new(Sessions::new(4, Duration::from_secs(30)));
-        let mut att = s.attach("g", "a");
+        let mut att = s.attach("g", "a", 1);
         let s2 = s.clone();
-        let h = tokio::spawn(async move { s2.hand_off("g", "a", "d", "{}").await });
+        let h = tokio::spawn(async move { s2.hand_off("g", "a", 1, "d", "{}").await });
         let frame = att.rx.recv().await.unwrap();
         let mut out = Vec::new();
         write_frame(&mut out, frame, Duration::from_secs(1))
