@@ -148,6 +148,19 @@ pub enum Change {
         /// The `actor.remove` event.
         closed_by: String,
     },
+    /// An automatic runtime delivery is due for a newly appended message: recorded with the
+    /// message, removed by the delivery's first record, so one whose claim never committed
+    /// (a kill -9 in between) is found and made at the next start.
+    DeliveryDue {
+        /// Group.
+        group_id: String,
+        /// The message.
+        source_event_id: String,
+        /// Recipient.
+        actor_id: String,
+        /// The message's `seq` (recovery runs in ledger order).
+        seq: u64,
+    },
     /// Set a delivery's latest state.
     Delivery {
         /// Group.

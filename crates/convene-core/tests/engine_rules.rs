@@ -98,7 +98,8 @@ impl Mem {
                         }
                     }
                 }
-                Change::GroupUpsert(_) | Change::GroupDelete(_) => {}
+                // Read back by the daemon's recovery, not through the view.
+                Change::GroupUpsert(_) | Change::GroupDelete(_) | Change::DeliveryDue { .. } => {}
             }
         }
     }
@@ -740,4 +741,54 @@ proptest! {
             }
         }
     }
+}
+
+/// The automatic deliveries a command's outcome records as due (recipient ids, sorted).
+fn due_of(out: &convene_core::Outcome) -> Vec<String> {
+    let mut v: Vec<String> = out
+        .changes
+        .iter()
+        .filter_map(|c| match c {
+            Change::DeliveryDue { actor_id, .. } => Some(actor_id.clone()),
+            _ => None,
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn cccs_6_4_2_a_prompt_message_records_its_automatic_deliveries_as_due_with_it() {
+    let mut w = World::new(&["lead", "p1", "p2"]);
+    let send = |w: &mut World, mode: &str, to: &[&str]| {
+        let args = SendArgs {
+            group_id: w.gid.clone(),
+            by: "lead".into(),
+            text: Some("x".into()),
+            message_mode: Some(mode.into()),
+            to: to.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        };
+        w.run(Command::Send(args)).unwrap()
+    };
+    // To every driven recipient but the sender, in the message's own outcome.
+    assert_eq!(due_of(&send(&mut w, "send", &["@all"])), ["p1", "p2"]);
+    assert_eq!(due_of(&send(&mut w, "request_reply", &["p2"])), ["p2"]);
+    // Mail gets no runtime delivery (§6.4), so nothing is due.
+    assert!(due_of(&send(&mut w, "mail", &["p1"])).is_empty());
+    // An imported message is history: delivered (or not) where it was sent.
+    let evs: Vec<Value> = w
+        .mem
+        .events
+        .borrow()
+        .iter()
+        .map(|e| serde_json::to_value(e).unwrap())
+        .collect();
+    let imported = w
+        .run(Command::Import {
+            group_id: "g_copy".into(),
+            events: evs,
+        })
+        .unwrap();
+    assert!(due_of(&imported).is_empty());
 }

@@ -80,6 +80,9 @@ pub struct Ledger {
     core: Arc<Mutex<Core>>,
     /// Commands queued to the writer thread and not yet answered.
     pending: Arc<AtomicUsize>,
+    /// Automatic deliveries a previous process owed and never claimed (group, message,
+    /// actor), found at open, taken once by the runtime.
+    recovery: Arc<Mutex<Vec<(String, String, String)>>>,
 }
 
 /// What a committing party needs: the write connection, and where committed events go.
@@ -94,6 +97,11 @@ struct Core {
 pub type CommitFeed = mpsc::UnboundedReceiver<Arc<Vec<Event>>>;
 
 impl Ledger {
+    /// The deliveries [`due_to_recover`] found at open; empty after the first call.
+    pub fn take_recovery(&self) -> Vec<(String, String, String)> {
+        std::mem::take(&mut *self.recovery.lock())
+    }
+
     /// Opens the store at `db`, loads the engine, settles claims left by a previous process
     /// (§6.4) and starts the writer thread.
     pub fn open(db: &Path, limits: Limits) -> Result<(Self, CommitFeed), CoreError> {
@@ -101,6 +109,7 @@ impl Ledger {
         let groups = writer.load_groups()?;
         let mut engine = Engine::new(groups, limits);
         settle_claims(&mut writer, &mut engine)?;
+        let recovery = due_to_recover(&mut writer, &engine)?;
         // One read connection up front; more open on demand when reads overlap, and the pool
         // keeps them (an idle daemon pays for one page cache and one parsed schema, not four).
         let readers = Arc::new(convene_store::open_readers(db, 1)?);
@@ -131,6 +140,7 @@ impl Ledger {
             hub,
             core: core.clone(),
             pending: pending.clone(),
+            recovery: Arc::new(Mutex::new(recovery)),
         };
         std::thread::Builder::new()
             .name("convene-writer".into())
@@ -246,6 +256,37 @@ pub fn stopped() -> CoreError {
         convene_core::ErrorCode::DaemonUnavailable,
         "ledger writer stopped",
     )
+}
+
+/// Runtime recovery (§6.4): the automatic deliveries a previous process recorded as due with
+/// their message but never claimed (it ended in between). Those that can still be made (the
+/// group runs, the actor is the same, enabled and driven) are returned, in ledger order;
+/// the rest are forgotten. Runs at startup, after [`settle_claims`].
+fn due_to_recover(
+    writer: &mut Writer,
+    engine: &Engine,
+) -> Result<Vec<(String, String, String)>, CoreError> {
+    let due = writer.due_deliveries()?;
+    if due.is_empty() {
+        return Ok(due);
+    }
+    let (keep, drop): (Vec<_>, Vec<_>) = due.into_iter().partition(|(g, _, a)| {
+        engine.group(g).is_some_and(|g| {
+            g.state != "stopped"
+                && g.actor(a).is_some_and(|x| {
+                    x.enabled && convene_core::engine::transport_for(&x.runtime).is_some()
+                })
+        })
+    });
+    if !drop.is_empty() {
+        writer.drop_due(&drop)?;
+    }
+    tracing::warn!(
+        recovered = keep.len(),
+        dropped = drop.len(),
+        "automatic deliveries owed by the previous process"
+    );
+    Ok(keep)
 }
 
 /// Settles every `claimed` delivery of a previous process to `ambiguous`, before anything

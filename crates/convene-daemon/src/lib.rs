@@ -192,6 +192,7 @@ pub async fn start(cfg: Config) -> Result<Running, DaemonError> {
         runtime::Sessions::new(cfg.session_queue, cfg.session_timeout),
     );
     runtime.spawn_worker(commits);
+    runtime.recover(ledger.take_recovery());
     let (shutdown, _) = watch::channel(false);
     let daemon = Arc::new(Daemon {
         ledger,

@@ -81,4 +81,16 @@ pub const MIGRATIONS: &[&str] = &[
         coord_where!(),
         ";"
     ),
+    // v3: automatic runtime deliveries due and not yet claimed, written with their message
+    // and removed by the delivery's first record, so a start after a kill -9 finds the ones
+    // whose claim never committed.
+    r#"
+    CREATE TABLE deliveries_due (
+        group_id        TEXT NOT NULL,
+        source_event_id TEXT NOT NULL,
+        actor_id        TEXT NOT NULL,
+        seq             INTEGER NOT NULL,
+        PRIMARY KEY (group_id, source_event_id, actor_id)
+    ) WITHOUT ROWID;
+    "#,
 ];

@@ -49,6 +49,32 @@ impl Writer {
         Ok(rows.collect::<Result<Vec<_>, _>>()?)
     }
 
+    /// Automatic deliveries due and never recorded (their claim did not commit before the
+    /// previous process ended): (group, source event, actor), in ledger order.
+    pub fn due_deliveries(&self) -> Result<Vec<(String, String, String)>> {
+        let mut st = self.conn.prepare(
+            "SELECT group_id, source_event_id, actor_id FROM deliveries_due ORDER BY seq, group_id, actor_id",
+        )?;
+        let rows = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+
+    /// Forgets due deliveries that can no longer be made (the actor or group is gone, or no
+    /// longer driven): recovery does not look at them again.
+    pub fn drop_due(&mut self, rows: &[(String, String, String)]) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        {
+            let mut st = tx.prepare(
+                "DELETE FROM deliveries_due WHERE group_id = ?1 AND source_event_id = ?2 AND actor_id = ?3",
+            )?;
+            for (g, s, a) in rows {
+                st.execute(params![g, s, a])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
     /// Checkpoints the WAL into the main file (called when idle and at shutdown).
     pub fn checkpoint(&self) -> Result<()> {
         self.conn.execute_batch("PRAGMA wal_checkpoint(PASSIVE)")?;
@@ -104,6 +130,7 @@ pub fn apply(tx: &Transaction<'_>, out: &Outcome) -> Result<Vec<String>> {
                     "mail_index",
                     "mail_cursors",
                     "deliveries",
+                    "deliveries_due",
                     "idempotency",
                 ] {
                     tx.execute(
@@ -153,6 +180,11 @@ pub fn apply(tx: &Transaction<'_>, out: &Outcome) -> Result<Vec<String>> {
             } => {
                 tx.prepare_cached("DELETE FROM mail_index WHERE group_id = ?1 AND actor_id = ?2")?
                     .execute(params![group_id, actor_id])?;
+                // A later actor of the same id is another generation: not its deliveries.
+                tx.prepare_cached(
+                    "DELETE FROM deliveries_due WHERE group_id = ?1 AND actor_id = ?2",
+                )?
+                .execute(params![group_id, actor_id])?;
                 tx.prepare_cached(
                     "DELETE FROM mail_cursors WHERE group_id = ?1 AND actor_id = ?2",
                 )?
@@ -163,7 +195,22 @@ pub fn apply(tx: &Transaction<'_>, out: &Outcome) -> Result<Vec<String>> {
                 )?
                 .execute(params![group_id, actor_id, closed_by])?;
             }
+            Change::DeliveryDue {
+                group_id,
+                source_event_id,
+                actor_id,
+                seq,
+            } => {
+                tx.prepare_cached("INSERT OR IGNORE INTO deliveries_due (group_id, source_event_id, actor_id, seq) VALUES (?1, ?2, ?3, ?4)")?
+                    .execute(params![group_id, source_event_id, actor_id, *seq as i64])?;
+            }
             Change::Delivery { group_id, row } => {
+                // The first record of a delivery (its claim, or a manual attempt) settles
+                // what was due.
+                tx.prepare_cached(
+                    "DELETE FROM deliveries_due WHERE group_id = ?1 AND source_event_id = ?2 AND actor_id = ?3",
+                )?
+                .execute(params![group_id, row.source_event_id, row.actor_id])?;
                 tx.prepare_cached(
                     "INSERT INTO deliveries (group_id, delivery_id, actor_id, source_event_id, state, transport) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
                      ON CONFLICT(group_id, delivery_id) DO UPDATE SET state = excluded.state, transport = excluded.transport",

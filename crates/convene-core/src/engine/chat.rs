@@ -25,6 +25,32 @@ fn normalize_insight(s: &str) -> String {
     nfc.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
+/// The runtime transport that drives an actor of this `runtime` automatically (`session`:
+/// its attached connection; `command`: a spawned process), if any.
+pub fn transport_for(runtime: &str) -> Option<&'static str> {
+    match runtime {
+        "session" | "" => Some("session"),
+        "command" => Some("command"),
+        _ => None,
+    }
+}
+
+/// The recipients an appended message is delivered to automatically: prompt-delivery
+/// targets with a driven runtime, in a group that is not stopped.
+pub fn automatic_targets(group: &crate::model::Group, ev: &Event) -> Vec<String> {
+    if group.state == "stopped" {
+        return Vec::new();
+    }
+    delivery_targets(group, ev)
+        .into_iter()
+        .filter(|a| {
+            group
+                .actor(a)
+                .is_some_and(|x| transport_for(&x.runtime).is_some())
+        })
+        .collect()
+}
+
 /// Concrete actor recipients that get a runtime delivery for a `chat.message`:
 /// `send` and `request_reply` to agents, excluding the sender; never `mail` (§6.4).
 pub fn delivery_targets(group: &crate::model::Group, ev: &Event) -> Vec<String> {
@@ -278,6 +304,17 @@ pub(super) fn project_message(ctx: &mut Ctx<'_>, ev: &Event) -> Result<(), CoreE
             }
         }
         _ => {}
+    }
+    // Imported messages are history: delivered (or not) where they were sent.
+    if !ctx.out.replayed {
+        for actor_id in automatic_targets(g, ev) {
+            ctx.out.changes.push(Change::DeliveryDue {
+                group_id: ev.group_id.clone(),
+                source_event_id: ev.id.clone(),
+                actor_id,
+                seq: ev.seq,
+            });
+        }
     }
     if let Some(rt) = ev.data_str("reply_to") {
         // Only an open obligation of this replier closes; cancelled stays cancelled (§6.3).

@@ -20,7 +20,9 @@ use crate::event::{format_ts, new_event_id, Event, ENVELOPE_V};
 use crate::model::Group;
 use crate::view::{Change, LedgerView};
 
-pub use chat::{delivery_targets, im_eligible, insight_len, MAX_INSIGHT_CHARS};
+pub use chat::{
+    automatic_targets, delivery_targets, im_eligible, insight_len, transport_for, MAX_INSIGHT_CHARS,
+};
 pub use delivery::{delivery_generation, delivery_id};
 pub use import::IMPORT_SETTLED;
 

@@ -66,11 +66,7 @@ impl Drop for Attempt {
 
 /// The transport name an actor's runtime maps to, if Convene drives it.
 pub fn transport_for(runtime: &str) -> Option<&'static str> {
-    match runtime {
-        "session" | "" => Some("session"),
-        "command" => Some("command"),
-        _ => None,
-    }
+    convene_core::engine::transport_for(runtime)
 }
 
 impl Runtime {
@@ -143,21 +139,36 @@ impl Runtime {
     }
 
     fn automatic_targets(&self, ev: &Event) -> Vec<String> {
+        // The same rule that recorded them as due with the message (the engine's).
         let eng = self.ledger.engine();
-        let Some(g) = eng.group(&ev.group_id) else {
-            return Vec::new();
-        };
-        if g.state == "stopped" {
-            return Vec::new();
+        eng.group(&ev.group_id)
+            .map(|g| convene_core::engine::automatic_targets(g, ev))
+            .unwrap_or_default()
+    }
+
+    /// Runtime recovery (§6.4), after the previous process's claims were settled: makes the
+    /// automatic deliveries it owed and never claimed (`Ledger::take_recovery`), in ledger
+    /// order, as ordinary attempts (claim, hand off, result).
+    pub fn recover(&self, due: Vec<(String, String, String)>) {
+        if due.is_empty() {
+            return;
         }
-        convene_core::engine::delivery_targets(g, ev)
-            .into_iter()
-            .filter(|a| {
-                g.actor(a)
-                    .map(|x| transport_for(&x.runtime).is_some())
-                    .unwrap_or(false)
-            })
-            .collect()
+        let rt = self.clone();
+        tokio::spawn(async move {
+            let targets = due
+                .into_iter()
+                .map(|(group_id, source_event_id, actor_id)| Target {
+                    group_id,
+                    actor_id,
+                    source_event_id,
+                })
+                .collect();
+            for (t, res) in rt.deliver_all(targets, ClaimKind::Automatic).await {
+                if let Err(e) = res {
+                    tracing::warn!(error = %e, actor = t.actor_id, "recovered delivery failed to start");
+                }
+            }
+        });
     }
 
     /// One attempt: claim (durable), hand off, record the result. Returns the claim's
