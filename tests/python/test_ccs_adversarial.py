@@ -302,6 +302,19 @@ def test_ccs_11_4_chain_seal_proves_where_the_chain_ends(w):
     assert out["sealed"] is False and "seal" not in json.loads((w / "bad.json").read_text())
 
 
+def test_ccs_11_4_only_the_last_issuer_seals_and_not_before_the_last_receipt(w):
+    hops, _ = _chain(w)
+    key = ["--key", str(w / "key.json")]
+    c = w / "c.json"
+    ev("chain", "build", "--out", str(c), *map(str, hops))
+    # Dated before its last receipt (a retired key's window) or signed in another issuer's
+    # name: refused, and the chain file is left unsealed.
+    for extra in (["--now", "1"], ["--issuer", "https://other.example"]):
+        out = json.loads(ev("chain", "seal", "--chain", str(c), *key, *extra, check=1).stdout)
+        assert out["sealed"] is False and out["reason"], extra
+        assert "seal" not in json.loads(c.read_text())
+
+
 def test_ccs_11_4_1_chain_id_must_name_the_origin(w):
     hops, _ = _chain(w)
     c = w / "c.json"
