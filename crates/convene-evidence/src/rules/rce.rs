@@ -1,6 +1,6 @@
 //! `rce_protection`: destructive or shell-spawning command payloads.
 
-use super::{strings, Rule, RuleContext, RuleOutcome};
+use super::{argv_lines, strings, Rule, RuleContext, RuleOutcome};
 use aho_corasick::AhoCorasick;
 use std::sync::OnceLock;
 
@@ -75,8 +75,49 @@ const RCE_PATTERNS: &[(&str, &str)] = &[
     ("/dev/udp/", "reverse shell"),
 ];
 
-/// Prefilter triggers for [`find_deletes_system_tree`].
-const FIND_TRIGGERS: [&str; 3] = ["find /", "find ~", "find $home"];
+/// Prefilter triggers for [`find_deletes_system_tree`] (the root may be quoted),
+/// [`rm_deletes_system_tree`] (recursion needs a flag) and [`pipes_into_shell`] (the forms
+/// the plain `| sh` patterns miss).
+const STRUCTURAL_TRIGGERS: [&str; 17] = [
+    "find /",
+    "find ~",
+    "find $home",
+    "find \"/",
+    "find '/",
+    "find \"~",
+    "find '~",
+    "find \"$home",
+    "find '$home",
+    "rm -",
+    "| sudo",
+    "|sudo",
+    "| env ",
+    "|env ",
+    "| doas",
+    "| /usr/bin/",
+    "| /bin/",
+];
+
+/// Parameter names that hold prose or markup, where a backtick quotes code (Markdown)
+/// rather than substituting a command; every other pattern still applies to them.
+const PROSE_KEYS: [&str; 16] = [
+    "body",
+    "text",
+    "message",
+    "content",
+    "description",
+    "subject",
+    "title",
+    "q",
+    "query",
+    "comment",
+    "summary",
+    "note",
+    "notes",
+    "prompt",
+    "markdown",
+    "caption",
+];
 
 /// System trees: any deletion by a find over them is refused.
 const FIND_SYSTEM_ROOTS: [&str; 8] = ["/", "/*", "/home", "/etc", "/usr", "/var", "/boot", "/root"];
@@ -106,11 +147,95 @@ fn find_deletes_system_tree(norm: &str) -> bool {
             return false;
         }
         own.contains(" -delete")
-            || own.contains("-exec rm")
-            || own.contains("-execdir rm")
-            || own.contains("-exec /bin/rm")
+            || ["-exec", "-execdir", "-ok", "-okdir"].iter().any(|e| {
+                ["rm", "/bin/rm", "/usr/bin/rm", "shred", "unlink"]
+                    .iter()
+                    .any(|c| own.contains(&format!("{e} {c}")))
+            })
             || piped.trim_start().starts_with("xargs rm")
             || piped.trim_start().starts_with("xargs -0 rm")
+    })
+}
+
+/// Shells and interpreters that run what is piped into them.
+const PIPE_SINKS: [&str; 13] = [
+    "sh", "bash", "zsh", "ksh", "dash", "fish", "python", "python3", "perl", "ruby", "node", "php",
+    "pwsh",
+];
+
+/// `curl x | sudo -E bash`, `wget -qO- x | env python3`, `... | sudo -u root sh`: a pipe into
+/// a shell or interpreter behind `sudo` (and its options), `env` or `VAR=value` words. `norm`
+/// is lower-cased with whitespace folded.
+fn pipes_into_shell(norm: &str) -> bool {
+    norm.split('|').skip(1).any(|next| {
+        // "||" leaves an empty segment: the command after it is not fed by a pipe.
+        if next.is_empty() {
+            return false;
+        }
+        let mut words = next.split(' ').filter(|w| !w.is_empty());
+        while let Some(w) = words.next() {
+            let base = w.trim_matches(['"', '\'']).rsplit('/').next().unwrap_or("");
+            if PIPE_SINKS.contains(&base) {
+                return true;
+            }
+            if matches!(base, "sudo" | "env" | "doas" | "command" | "exec" | "nohup") {
+                continue;
+            }
+            if w.starts_with('-') {
+                // sudo options that take a value: the value is not the command.
+                if matches!(w, "-u" | "-g" | "-h" | "-p" | "-c" | "-d" | "-r" | "-t") {
+                    words.next();
+                }
+                continue;
+            }
+            if w.contains('=') {
+                continue;
+            }
+            return false;
+        }
+        false
+    })
+}
+
+/// Trees whose recursive deletion is refused: the root, system directories and the home
+/// directory (after quotes, a trailing `/*` and trailing slashes are removed; "" is `/`).
+const RM_SYSTEM_ROOTS: [&str; 18] = [
+    "", "/home", "/etc", "/usr", "/var", "/boot", "/root", "/bin", "/sbin", "/lib", "/lib64",
+    "/opt", "/srv", "/dev", "~", "$home", "${home}", "/.",
+];
+
+/// `rm -rfv /`, `rm -r "/"`, `rm -fr ~`, `rm -rf -- $HOME`, `sudo rm -rf --one-file-system /`:
+/// an rm with a recursive flag (any short-flag cluster holding `r`, or `--recursive`) whose
+/// target is one of [`RM_SYSTEM_ROOTS`]. `norm` is lower-cased with whitespace folded.
+fn rm_deletes_system_tree(norm: &str) -> bool {
+    norm.split([';', '&', '|', '(', ')', '`']).any(|segment| {
+        let words: Vec<&str> = segment.split(' ').filter(|w| !w.is_empty()).collect();
+        words.iter().enumerate().any(|(i, w)| {
+            let base = w.trim_matches(['"', '\'']);
+            if base.rsplit('/').next() != Some("rm") {
+                return false;
+            }
+            let (mut recursive, mut dangerous, mut operands) = (false, false, false);
+            for a in &words[i + 1..] {
+                let a = a.trim_matches(['"', '\'']);
+                if !operands && a == "--" {
+                    operands = true;
+                } else if !operands && a.starts_with("--") {
+                    recursive |= a == "--recursive";
+                } else if !operands && a.starts_with('-') && a.len() > 1 {
+                    recursive |= a.contains('r');
+                } else {
+                    let t = a.strip_suffix("/*").unwrap_or(a);
+                    let t = if t == "/" {
+                        ""
+                    } else {
+                        t.trim_end_matches('/')
+                    };
+                    dangerous |= RM_SYSTEM_ROOTS.contains(&t);
+                }
+            }
+            recursive && dangerous
+        })
     })
 }
 
@@ -119,8 +244,11 @@ impl Rule for RceProtection {
         "rce_protection"
     }
     fn evaluate(&self, ctx: &RuleContext<'_>) -> RuleOutcome {
+        let mut lines = Vec::new();
+        argv_lines(&ctx.cmd.params, None, &mut lines);
         let mut all = Vec::new();
         strings(&ctx.cmd.params, None, &mut all);
+        all.extend(lines.iter().map(|(k, l)| (*k, l.as_str())));
         // ASCII case-insensitive, so it reads a string that needs no whitespace folding
         // as it is, without the lower-cased copy.
         static AC: OnceLock<Option<AhoCorasick>> = OnceLock::new();
@@ -132,13 +260,13 @@ impl Rule for RceProtection {
                         RCE_PATTERNS
                             .iter()
                             .map(|(p, _)| *p)
-                            .chain(FIND_TRIGGERS.iter().copied()),
+                            .chain(STRUCTURAL_TRIGGERS.iter().copied()),
                     )
                     .ok()
             })
             .as_ref();
         let mut norm = String::new();
-        for (_, s) in all {
+        for (key, s) in all {
             // Folding would change nothing: single spaces only, none at either end.
             let plain = !s.contains(|c: char| c.is_whitespace() && c != ' ')
                 && !s.contains("  ")
@@ -159,13 +287,22 @@ impl Rule for RceProtection {
                 continue;
             }
             // Something matched: report the first pattern in table order, as always.
+            let prose = key.is_some_and(|k| PROSE_KEYS.iter().any(|p| p.eq_ignore_ascii_case(k)));
             for (pat, what) in RCE_PATTERNS {
-                if norm.contains(pat) {
+                if norm.contains(pat) && !(prose && *pat == "`") {
                     return RuleOutcome::deny(format!("RCE pattern detected: {what}"));
                 }
             }
             if find_deletes_system_tree(&norm) {
                 return RuleOutcome::deny("RCE pattern detected: recursive delete via find");
+            }
+            if pipes_into_shell(&norm) {
+                return RuleOutcome::deny("RCE pattern detected: pipe to shell");
+            }
+            if rm_deletes_system_tree(&norm) {
+                return RuleOutcome::deny(
+                    "RCE pattern detected: recursive delete of a system tree",
+                );
             }
         }
         RuleOutcome::allow()

@@ -164,9 +164,8 @@ impl SsrfProtection {
     /// `endpoint`, `proxy`...): its value is read as `host[:port][/path]` even without a
     /// scheme ("169.254.169.254", "metadata.google.internal", "10.0.0.5:5432").
     fn check_host_field(key: &str, value: &str) -> Option<String> {
-        let last = key.rsplit(['_', '-', '.']).next().unwrap_or("");
         let named = |n: &str| HOST_KEYS.iter().any(|h| h.eq_ignore_ascii_case(n));
-        if !named(last) && !named(key) {
+        if !named(last_word(key)) && !named(key) {
             return None;
         }
         let v = value.trim();
@@ -178,7 +177,21 @@ impl SsrfProtection {
     }
 }
 
-/// Parameter names (or their last `_`/`-`/`.` part) that hold a host, address or URL.
+/// The last word of a parameter name: after the last `_`, `-` or `.`, then the last camelCase
+/// hump ("target_url" -> "url", "webhookUrl" -> "Url", "proxyHost" -> "Host", "targetURL" -> "URL").
+fn last_word(key: &str) -> &str {
+    let tail = key.rsplit(['_', '-', '.']).next().unwrap_or("");
+    let b = tail.as_bytes();
+    // A hump starts at an upper-case letter after a lower-case one (both ASCII, so the
+    // index is a char boundary).
+    let start = (1..b.len())
+        .rev()
+        .find(|&i| b[i].is_ascii_uppercase() && b[i - 1].is_ascii_lowercase())
+        .unwrap_or(0);
+    &tail[start..]
+}
+
+/// Parameter names (or their last word, see [`last_word`]) that hold a host, address or URL.
 /// Names that may hold plain data about a host ("client_ip", "address") are not here.
 const HOST_KEYS: [&str; 13] = [
     "host", "hostname", "server", "endpoint", "target", "url", "uri", "domain", "proxy",
