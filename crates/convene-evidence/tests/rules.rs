@@ -538,7 +538,7 @@ fn default_rules_allow_a_benign_corpus_of_ordinary_tool_calls() {
 }
 
 #[test]
-fn ssrf_protection_reads_camel_case_host_fields() {
+fn ssrf_protection_reads_camel_case_and_plural_host_fields() {
     assert_rule(
         &SsrfProtection,
         &[
@@ -546,11 +546,15 @@ fn ssrf_protection_reads_camel_case_host_fields() {
             json!({"serverHost": "localhost"}),
             json!({"proxyHost": "10.0.0.1"}),
             json!({"targetURL": "metadata.google.internal"}),
+            json!({"hosts": ["example.com", "localhost"]}),
+            json!({"targetUrls": ["metadata.google.internal"]}),
         ],
         &[
             json!({"webhookUrl": "hooks.example.com"}),
             json!({"clientIp": "10.0.0.5"}),
             json!({"hostCount": "10"}),
+            json!({"hosts": ["example.com", "api.github.com"]}),
+            json!({"status": "localhost"}),
         ],
     );
 }

@@ -164,7 +164,13 @@ impl SsrfProtection {
     /// `endpoint`, `proxy`...): its value is read as `host[:port][/path]` even without a
     /// scheme ("169.254.169.254", "metadata.google.internal", "10.0.0.5:5432").
     fn check_host_field(key: &str, value: &str) -> Option<String> {
-        let named = |n: &str| HOST_KEYS.iter().any(|h| h.eq_ignore_ascii_case(n));
+        // Plurals name lists of the same ("hosts", "targetUrls").
+        let named = |n: &str| {
+            let singular = n.strip_suffix(['s', 'S']).unwrap_or(n);
+            HOST_KEYS
+                .iter()
+                .any(|h| h.eq_ignore_ascii_case(n) || h.eq_ignore_ascii_case(singular))
+        };
         if !named(last_word(key)) && !named(key) {
             return None;
         }
