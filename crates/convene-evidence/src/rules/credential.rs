@@ -284,59 +284,69 @@ const GLUED_P_CLIENTS: [&str; 9] = [
     "mariadb-admin",
 ];
 
+/// Which password-taking client a command word names.
+enum Client {
+    /// MySQL/MariaDB: the password glued to `-p`.
+    GluedP,
+    /// `sshpass -p PASS` or `-pPASS`.
+    Sshpass,
+    /// `curl -u user:pass` and its long forms.
+    Curl,
+    /// Anything else.
+    Other,
+}
+
 /// A password written on a command line: `mysql -pS3cret`, `sshpass -p S3cret ssh ...`,
 /// `curl -u bob:S3cret ...` / `--user bob:S3cret`.
+///
+/// One pass over each command (words between `;`, `&&`, `||`, `|`): a word is judged as an
+/// argument of every client named before it, so many client names cost no rescans (one
+/// rescan per "curl" made a 64 KB parameter take seconds).
 fn command_line_password(s: &str) -> Option<&'static str> {
     let words: Vec<&str> = s.split_whitespace().collect();
-    let base = |w: &str| {
-        w.rsplit('/')
-            .next()
-            .unwrap_or("")
-            .trim_matches(['"', '\''])
-            .to_string()
-    };
-    for (i, w) in words.iter().enumerate() {
-        let b = base(w);
-        // The command's own arguments, up to a shell separator.
-        let args = words[i + 1..]
-            .iter()
-            .take_while(|a| !matches!(**a, ";" | "&&" | "||" | "|"));
-        if GLUED_P_CLIENTS.contains(&b.as_str()) {
-            let mut args = args;
-            if args.any(|a| a.len() > 2 && a.starts_with("-p")) {
-                return Some("password on a command line");
-            }
+    let client = |w: &'_ str| -> Client {
+        let b = w.rsplit('/').next().unwrap_or("").trim_matches(['"', '\'']);
+        if GLUED_P_CLIENTS.contains(&b) {
+            Client::GluedP
         } else if b == "sshpass" {
-            let a: Vec<&&str> = args.collect();
-            if a.windows(2)
-                .any(|p| *p[0] == "-p" && !p[1].starts_with('-'))
-                || a.iter().any(|x| x.len() > 2 && x.starts_with("-p"))
-            {
-                return Some("password on a command line");
-            }
+            Client::Sshpass
         } else if b == "curl" {
-            let a: Vec<&&str> = args.collect();
-            let userpass = |v: &str| {
-                v.trim_matches(['"', '\''])
-                    .split_once(':')
-                    .is_some_and(|(_, p)| !p.is_empty())
+            Client::Curl
+        } else {
+            Client::Other
+        }
+    };
+    let userpass = |v: &str| {
+        v.trim_matches(['"', '\''])
+            .split_once(':')
+            .is_some_and(|(_, p)| !p.is_empty())
+    };
+    for command in words.split(|w| matches!(*w, ";" | "&&" | "||" | "|")) {
+        let (mut glued_p, mut sshpass, mut curl) = (false, false, false);
+        let mut prev = "";
+        for w in command {
+            let glued_pass = w.len() > 2 && w.starts_with("-p");
+            let curl_glued = if w.starts_with("--") {
+                w.strip_prefix("--user=")
+                    .or_else(|| w.strip_prefix("--proxy-user="))
+            } else {
+                w.strip_prefix("-u")
             };
-            if a.windows(2)
-                .any(|p| matches!(*p[0], "-u" | "--user" | "--proxy-user") && userpass(p[1]))
-                || a.iter().any(|x| {
-                    let glued = if x.starts_with("--") {
-                        None
-                    } else {
-                        x.strip_prefix("-u")
-                    };
-                    glued
-                        .or_else(|| x.strip_prefix("--user="))
-                        .or_else(|| x.strip_prefix("--proxy-user="))
-                        .is_some_and(userpass)
-                })
+            if (glued_p && glued_pass)
+                || (sshpass && (glued_pass || (prev == "-p" && !w.starts_with('-'))))
+                || (curl
+                    && ((matches!(prev, "-u" | "--user" | "--proxy-user") && userpass(w))
+                        || curl_glued.is_some_and(userpass)))
             {
                 return Some("password on a command line");
             }
+            match client(w) {
+                Client::GluedP => glued_p = true,
+                Client::Sshpass => sshpass = true,
+                Client::Curl => curl = true,
+                Client::Other => {}
+            }
+            prev = w;
         }
     }
     None

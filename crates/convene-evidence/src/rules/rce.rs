@@ -125,35 +125,84 @@ const FIND_SYSTEM_ROOTS: [&str; 8] = ["/", "/*", "/home", "/etc", "/usr", "/var"
 /// (`find ~ -name '*.pyc' -delete` is an ordinary clean-up).
 const FIND_HOME_ROOTS: [&str; 6] = ["~", "~/", "~/*", "$home", "$home/", "${home}"];
 
+/// Find actions that delete what they find.
+const FIND_DELETERS: [&str; 21] = [
+    " -delete",
+    "-exec rm",
+    "-exec /bin/rm",
+    "-exec /usr/bin/rm",
+    "-exec shred",
+    "-exec unlink",
+    "-execdir rm",
+    "-execdir /bin/rm",
+    "-execdir /usr/bin/rm",
+    "-execdir shred",
+    "-execdir unlink",
+    "-ok rm",
+    "-ok /bin/rm",
+    "-ok /usr/bin/rm",
+    "-ok shred",
+    "-ok unlink",
+    "-okdir rm",
+    "-okdir /bin/rm",
+    "-okdir /usr/bin/rm",
+    "-okdir shred",
+    "-okdir unlink",
+];
+/// Find tests that narrow a home-directory clean-up to some files.
+const FIND_FILTERS: [&str; 5] = ["-name ", "-iname ", "-path ", "-ipath ", "-regex "];
+
 /// `find / -delete`, `find ~ -exec rm {} +`, `find /etc -type f | xargs rm`: a find over a
 /// system tree or the home directory that deletes what it finds. (`find ./build -delete`
 /// stays allowed: project-local clean-ups are ordinary work.)
+///
+/// Linear in `norm`: each section between separators (`;`, `&`, `|`) is searched a fixed
+/// number of times however many finds it holds (`find / find / ...` used to rescan the rest
+/// of the string once per find: seconds for one 64 KB parameter).
 fn find_deletes_system_tree(norm: &str) -> bool {
-    norm.match_indices("find ").any(|(i, _)| {
-        let rest = &norm[i + 5..];
-        let root = rest.split(' ').next().unwrap_or("");
+    let mut rest = norm;
+    loop {
+        let end = rest.find([';', '&', '|']).unwrap_or(rest.len());
+        let (section, after) = rest.split_at(end);
+        // What a single '|' feeds the find's output to ("||" feeds nothing).
+        let piped = after
+            .strip_prefix('|')
+            .filter(|a| !a.starts_with('|'))
+            .map_or("", str::trim_start);
+        if section_find_deletes(section, piped) {
+            return true;
+        }
+        match after.get(1..) {
+            Some(a) if !a.is_empty() => rest = a,
+            _ => return false,
+        }
+    }
+}
+
+/// [`find_deletes_system_tree`] for one section: a find whose root is a system or home tree,
+/// with a deleting action after it (or its output piped to `xargs rm`).
+fn section_find_deletes(section: &str, piped: &str) -> bool {
+    let mut finds = section.match_indices("find ").peekable();
+    if finds.peek().is_none() {
+        return false;
+    }
+    // The last occurrence of each is enough: a find's own clause runs to the section end.
+    let last_of = |pats: &[&str]| pats.iter().filter_map(|p| section.rfind(p)).max();
+    let deletes_at = last_of(&FIND_DELETERS);
+    let filter_at = last_of(&FIND_FILTERS);
+    let xargs = piped.starts_with("xargs rm") || piped.starts_with("xargs -0 rm");
+    finds.any(|(i, _)| {
+        let start = i + 5;
+        let root = section[start..].split(' ').next().unwrap_or("");
         let root = root.trim_matches(['"', '\'']);
         let system = FIND_SYSTEM_ROOTS.contains(&root);
         if !system && !FIND_HOME_ROOTS.contains(&root) {
             return false;
         }
-        // The find's own clause, up to the next command separator.
-        let clause = rest.split([';', '&']).next().unwrap_or("");
-        let (own, piped) = clause.split_once('|').unwrap_or((clause, ""));
-        let filtered = ["-name ", "-iname ", "-path ", "-ipath ", "-regex "]
-            .iter()
-            .any(|f| own.contains(f));
-        if !system && filtered {
+        if !system && filter_at.is_some_and(|f| f >= start) {
             return false;
         }
-        own.contains(" -delete")
-            || ["-exec", "-execdir", "-ok", "-okdir"].iter().any(|e| {
-                ["rm", "/bin/rm", "/usr/bin/rm", "shred", "unlink"]
-                    .iter()
-                    .any(|c| own.contains(&format!("{e} {c}")))
-            })
-            || piped.trim_start().starts_with("xargs rm")
-            || piped.trim_start().starts_with("xargs -0 rm")
+        deletes_at.is_some_and(|d| d >= start) || xargs
     })
 }
 
@@ -209,33 +258,32 @@ const RM_SYSTEM_ROOTS: [&str; 18] = [
 /// target is one of [`RM_SYSTEM_ROOTS`]. `norm` is lower-cased with whitespace folded.
 fn rm_deletes_system_tree(norm: &str) -> bool {
     norm.split([';', '&', '|', '(', ')', '`']).any(|segment| {
-        let words: Vec<&str> = segment.split(' ').filter(|w| !w.is_empty()).collect();
-        words.iter().enumerate().any(|(i, w)| {
-            let base = w.trim_matches(['"', '\'']);
-            if base.rsplit('/').next() != Some("rm") {
-                return false;
-            }
-            let (mut recursive, mut dangerous, mut operands) = (false, false, false);
-            for a in &words[i + 1..] {
-                let a = a.trim_matches(['"', '\'']);
-                if !operands && a == "--" {
-                    operands = true;
-                } else if !operands && a.starts_with("--") {
-                    recursive |= a == "--recursive";
-                } else if !operands && a.starts_with('-') && a.len() > 1 {
-                    recursive |= a.contains('r');
+        let mut words = segment.split(' ').filter(|w| !w.is_empty());
+        // The first rm of a segment takes every later word as an argument (as the shell
+        // does), so one pass over the segment: linear however many "rm" words it holds.
+        if !words.any(|w| w.trim_matches(['"', '\'']).rsplit('/').next() == Some("rm")) {
+            return false;
+        }
+        let (mut recursive, mut dangerous, mut operands) = (false, false, false);
+        for a in words {
+            let a = a.trim_matches(['"', '\'']);
+            if !operands && a == "--" {
+                operands = true;
+            } else if !operands && a.starts_with("--") {
+                recursive |= a == "--recursive";
+            } else if !operands && a.starts_with('-') && a.len() > 1 {
+                recursive |= a.contains('r');
+            } else {
+                let t = a.strip_suffix("/*").unwrap_or(a);
+                let t = if t == "/" {
+                    ""
                 } else {
-                    let t = a.strip_suffix("/*").unwrap_or(a);
-                    let t = if t == "/" {
-                        ""
-                    } else {
-                        t.trim_end_matches('/')
-                    };
-                    dangerous |= RM_SYSTEM_ROOTS.contains(&t);
-                }
+                    t.trim_end_matches('/')
+                };
+                dangerous |= RM_SYSTEM_ROOTS.contains(&t);
             }
-            recursive && dangerous
-        })
+        }
+        recursive && dangerous
     })
 }
 
