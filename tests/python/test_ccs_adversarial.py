@@ -417,6 +417,16 @@ def test_ccs_3_4_every_refusal_of_the_socket_has_the_error_object_fields(served)
         assert got["error"]["error_message"], (req, got)
 
 
+def test_ccs_3_4_a_request_line_that_is_not_utf8_gets_the_error_object_and_the_connection_goes_on(served):
+    # Was: the read failed and the connection closed without an answer.
+    ok = json.dumps({"op": "issue", "intake": intake("search_web", {"q": "x"}, "after-bad-bytes")}) + "\n"
+    got = ask(served, b'{"op": "issue", "x": "\xff\xfe"}\n' + ok.encode(), lines=2)
+    assert len(got) == 2, got
+    assert got[0]["ok"] is False and got[0]["error"]["error_code"] == "INTAKE_MALFORMED", got
+    assert set(got[0]["error"]) == {"error_code", "error_message", "retry_after", "trace_id"}
+    assert got[1]["ok"] is True, got
+
+
 def test_ccs_3_2_5_oversize_request_line_is_overflow_and_its_tail_is_not_served(served):
     tail = json.dumps({"op": "issue", "intake": intake("search_web", {"q": "smuggled"}, "tail")}) + "\n"
     head = json.dumps({"op": "issue", "intake": intake("search_web", {"q": "x" * (300 * 1024)}, "big")})
