@@ -76,9 +76,9 @@ const RCE_PATTERNS: &[(&str, &str)] = &[
 ];
 
 /// Prefilter triggers for [`find_deletes_system_tree`] (the root may be quoted),
-/// [`rm_deletes_system_tree`] (recursion needs a flag) and [`pipes_into_shell`] (the forms
-/// the plain `| sh` patterns miss).
-const STRUCTURAL_TRIGGERS: [&str; 17] = [
+/// [`rm_deletes_system_tree`] (recursion needs a flag), [`pipes_into_shell`] (the forms
+/// the plain `| sh` patterns miss) and [`inline_code`].
+const STRUCTURAL_TRIGGERS: [&str; 25] = [
     "find /",
     "find ~",
     "find $home",
@@ -96,6 +96,14 @@ const STRUCTURAL_TRIGGERS: [&str; 17] = [
     "| doas",
     "| /usr/bin/",
     "| /bin/",
+    "sh -",
+    "python",
+    "pypy",
+    "perl -",
+    "ruby -",
+    "node -",
+    "nodejs -",
+    "php -",
 ];
 
 /// Parameter names that hold prose or markup, where a backtick quotes code (Markdown)
@@ -211,6 +219,32 @@ const PIPE_SINKS: [&str; 13] = [
     "sh", "bash", "zsh", "ksh", "dash", "fish", "python", "python3", "perl", "ruby", "node", "php",
     "pwsh",
 ];
+
+/// `bash -lc 'id'`, `sh -xec ...`, `python3.11 -c ...`, `perl -E ...`, `node -p ...`: a shell or
+/// interpreter given code on its command line in a flag cluster (the plain `bash -c`,
+/// `python3 -c` patterns miss the clusters and versioned names). One pass over the words.
+fn inline_code(norm: &str) -> bool {
+    let mut words = norm.split(' ').peekable();
+    while let Some(w) = words.next() {
+        let base = w.trim_matches(['"', '\'']).rsplit('/').next().unwrap_or("");
+        // "python3.11" is python: the name without its version.
+        let name = base.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
+        let code_flags: &[char] = match name {
+            "sh" | "bash" | "zsh" | "ksh" | "dash" | "ash" | "fish" | "python" | "pypy" => &['c'],
+            "perl" | "ruby" => &['e'],
+            "node" | "nodejs" => &['e', 'p'],
+            "php" => &['r'],
+            _ => continue,
+        };
+        let Some(flag) = words.peek() else {
+            return false;
+        };
+        if flag.starts_with('-') && !flag.starts_with("--") && flag[1..].contains(code_flags) {
+            return true;
+        }
+    }
+    false
+}
 
 /// `curl x | sudo -E bash`, `wget -qO- x | env python3`, `... | sudo -u root sh`: a pipe into
 /// a shell or interpreter behind `sudo` (and its options), `env` or `VAR=value` words. `norm`
@@ -343,6 +377,9 @@ impl Rule for RceProtection {
             }
             if find_deletes_system_tree(&norm) {
                 return RuleOutcome::deny("RCE pattern detected: recursive delete via find");
+            }
+            if inline_code(&norm) {
+                return RuleOutcome::deny("RCE pattern detected: interpreter one-liner");
             }
             if pipes_into_shell(&norm) {
                 return RuleOutcome::deny("RCE pattern detected: pipe to shell");
