@@ -302,6 +302,19 @@ def test_ccs_11_4_chain_seal_proves_where_the_chain_ends(w):
     assert out["sealed"] is False and "seal" not in json.loads((w / "bad.json").read_text())
 
 
+def test_ccs_11_4_only_the_last_issuer_seals_and_not_before_the_last_receipt(w):
+    hops, _ = _chain(w)
+    key = ["--key", str(w / "key.json")]
+    c = w / "c.json"
+    ev("chain", "build", "--out", str(c), *map(str, hops))
+    # Dated before its last receipt (a retired key's window) or signed in another issuer's
+    # name: refused, and the chain file is left unsealed.
+    for extra in (["--now", "1"], ["--issuer", "https://other.example"]):
+        out = json.loads(ev("chain", "seal", "--chain", str(c), *key, *extra, check=1).stdout)
+        assert out["sealed"] is False and out["reason"], extra
+        assert "seal" not in json.loads(c.read_text())
+
+
 def test_ccs_11_4_1_chain_id_must_name_the_origin(w):
     hops, _ = _chain(w)
     c = w / "c.json"
@@ -402,6 +415,16 @@ def test_ccs_3_4_every_refusal_of_the_socket_has_the_error_object_fields(served)
         assert got["ok"] is False, (req, got)
         assert set(got["error"]) == {"error_code", "error_message", "retry_after", "trace_id"}, (req, got)
         assert got["error"]["error_message"], (req, got)
+
+
+def test_ccs_3_4_a_request_line_that_is_not_utf8_gets_the_error_object_and_the_connection_goes_on(served):
+    # Was: the read failed and the connection closed without an answer.
+    ok = json.dumps({"op": "issue", "intake": intake("search_web", {"q": "x"}, "after-bad-bytes")}) + "\n"
+    got = ask(served, b'{"op": "issue", "x": "\xff\xfe"}\n' + ok.encode(), lines=2)
+    assert len(got) == 2, got
+    assert got[0]["ok"] is False and got[0]["error"]["error_code"] == "INTAKE_MALFORMED", got
+    assert set(got[0]["error"]) == {"error_code", "error_message", "retry_after", "trace_id"}
+    assert got[1]["ok"] is True, got
 
 
 def test_ccs_3_2_5_oversize_request_line_is_overflow_and_its_tail_is_not_served(served):

@@ -106,7 +106,15 @@ fn seal(a: &Args) -> Result<i32, Fail> {
         )?;
         return Ok(EXIT_REJECTED);
     }
-    c.seal = Some(ChainSeal::sign(&c, &keys, &issuer, now)?);
+    let seal = match ChainSeal::sign(&c, &keys, &issuer, now) {
+        Ok(s) => s,
+        Err(EvidenceError::Chain(m)) => {
+            write_out(None, &json!({"sealed": false, "reason": m}))?;
+            return Ok(EXIT_REJECTED);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    c.seal = Some(seal);
     write_out(Some(a.get("out").unwrap_or(p)), &serde_json::to_value(&c)?)?;
     Ok(EXIT_OK)
 }

@@ -38,7 +38,8 @@ pub struct ChainSeal {
 }
 
 impl ChainSeal {
-    /// Seal `chain` as it stands with `keys` (the chain should have been verified first).
+    /// Seal `chain` as it stands with `keys` (the chain should have been verified first);
+    /// refused unless `issuer` issued the last receipt and `now` is not before it.
     pub fn sign(
         chain: &EvidenceChain,
         keys: &KeyMaterial,
@@ -49,6 +50,17 @@ impl ChainSeal {
             .receipts
             .last()
             .ok_or_else(|| EvidenceError::Chain("an empty chain cannot be sealed".into()))?;
+        // Refuse what `check` would void rather than sign a seal that proves nothing.
+        if issuer != last.receipt.issuer {
+            return Err(EvidenceError::Chain(
+                "only the issuer of the last receipt can seal the chain".into(),
+            ));
+        }
+        if !at_or_after(now, last.receipt.issued_at - last.receipt.max_clock_skew) {
+            return Err(EvidenceError::Chain(
+                "a seal cannot be dated before the last receipt was issued".into(),
+            ));
+        }
         let mut s = Self {
             seal_version: SEAL_VERSION.into(),
             chain_id: chain.chain_id.clone(),
@@ -59,8 +71,14 @@ impl ChainSeal {
             signing_key_fingerprint: keys.fingerprint(),
             signature: String::new(),
         };
-        s.signature = hex_lower(&keys.sign(s.payload()?.as_bytes()).to_bytes());
+        s.resign(keys)?;
         Ok(s)
+    }
+
+    /// (Re)compute the signature over the seal's fields as they stand.
+    pub(crate) fn resign(&mut self, keys: &KeyMaterial) -> Result<(), EvidenceError> {
+        self.signature = hex_lower(&keys.sign(self.payload()?.as_bytes()).to_bytes());
+        Ok(())
     }
 
     /// The signed bytes: JCS of every field but `signature`.
@@ -95,6 +113,17 @@ impl ChainSeal {
         if self.chain_id != chain.chain_id {
             return Err("seal names another chain".into());
         }
+        // The closing verifier is the one that issued the end: any other trusted issuer
+        // could otherwise declare someone else's chain finished at any hop.
+        if self.issuer != last.receipt.issuer {
+            return Err("seal not signed by the issuer of the last receipt".into());
+        }
+        // A seal cannot predate the receipt it names; a backdated one would let a key
+        // retired before that receipt existed still close the chain.
+        let r = &last.receipt;
+        if !at_or_after(self.sealed_at, r.issued_at - r.max_clock_skew) {
+            return Err("seal dated before the last receipt was issued".into());
+        }
         if self.last_receipt_hash != last.receipt_hash || self.total_hops != last.hop {
             return Err(format!(
                 "seal says the chain ends at hop {}, the chain ends at hop {}",
@@ -103,4 +132,12 @@ impl ChainSeal {
         }
         Ok(())
     }
+}
+
+/// `t >= earliest`, false when either is NaN (a NaN date proves no order).
+fn at_or_after(t: f64, earliest: f64) -> bool {
+    matches!(
+        t.partial_cmp(&earliest),
+        Some(std::cmp::Ordering::Greater | std::cmp::Ordering::Equal)
+    )
 }

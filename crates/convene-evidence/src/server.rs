@@ -96,12 +96,17 @@ fn serve_conn(v: &LiveVerifier, stream: UnixStream) -> std::io::Result<()> {
     let mut w = stream.try_clone()?;
     let mut reader = BufReader::new(stream);
     loop {
-        let mut line = String::new();
-        let n = reader.by_ref().take(MAX_LINE as u64).read_line(&mut line)?;
+        // Bytes, not a String: a line that is not UTF-8 is a malformed request to answer,
+        // not a read error that drops the connection unanswered.
+        let mut line = Vec::new();
+        let n = reader
+            .by_ref()
+            .take(MAX_LINE as u64)
+            .read_until(b'\n', &mut line)?;
         if n == 0 {
             return Ok(());
         }
-        if !line.ends_with('\n') && n >= MAX_LINE {
+        if !line.ends_with(b"\n") && n >= MAX_LINE {
             // Beyond the §3.2 total limit. Reading on would serve the rest of this line as
             // a request of its own, so it is skipped (bounded) and the connection ends.
             skip_line(&mut reader, DRAIN_MAX)?;
@@ -114,7 +119,7 @@ fn serve_conn(v: &LiveVerifier, stream: UnixStream) -> std::io::Result<()> {
             w.write_all(s.as_bytes())?;
             return Ok(());
         }
-        let resp = match serde_json::from_str::<Value>(&line) {
+        let resp = match serde_json::from_slice::<Value>(&line) {
             Ok(req) => handle(&v.get(), &req),
             Err(_) => json!({"ok": false, "error": {"error_code": "INTAKE_MALFORMED",
                 "error_message": "request is not valid JSON", "retry_after": null, "trace_id": null}}),

@@ -1,6 +1,6 @@
 //! `credential_leak`: parameters that carry secrets.
 
-use super::{prefilter, strings, Rule, RuleContext, RuleOutcome};
+use super::{argv_lines, prefilter, strings, Rule, RuleContext, RuleOutcome};
 use aho_corasick::AhoCorasick;
 use std::sync::OnceLock;
 
@@ -88,8 +88,13 @@ impl CredentialLeak {
     fn scan(s: &str) -> Option<&'static str> {
         // Checked apart from the markers: ':' and "-p" are in most URLs and commands, so
         // as markers they would send nearly every string through the token scan.
-        if s.contains(':') && colon_assignment(s) {
-            return Some("inline credential assignment");
+        if s.contains(':') {
+            if colon_assignment(s) {
+                return Some("inline credential assignment");
+            }
+            if s.contains('@') && url_password(s) {
+                return Some("password in a URL");
+            }
         }
         if s.contains("-p") || s.contains("-u") {
             if let Some(what) = command_line_password(s) {
@@ -149,6 +154,7 @@ impl CredentialLeak {
                 "apikey=",
                 "secret=",
                 "token=",
+                "mysql_pwd=",
             ] {
                 if let Some(i) = lower.find(k) {
                     let n = lower[i + k.len()..]
@@ -166,16 +172,21 @@ impl CredentialLeak {
 }
 
 /// Names whose `name: value` form (YAML, headers, prose) assigns a secret.
-const COLON_KEYS: [&str; 8] = [
+const COLON_KEYS: [&str; 10] = [
     "password",
     "passwd",
     "api_key",
     "apikey",
     "api key",
+    "api-key",
     "secret",
     "client_secret",
     "access_token",
+    "authorization",
 ];
+
+/// HTTP authentication schemes: after `Authorization:` the secret is the word that follows.
+const AUTH_SCHEMES: [&str; 5] = ["bearer", "basic", "token", "bot", "digest"];
 
 /// `password: hunter2`, `"api_key": "k3y-..."`, `Secret: 8f2!x...`: a secret name, an
 /// optional closing quote, a ':' and a value that looks like a secret (see [`secretish`]).
@@ -189,20 +200,29 @@ fn colon_assignment(s: &str) -> bool {
             .ok()
     });
     let found = |i: usize, end: usize| {
-        // A whole word: "bypassword:" or "secretary:" are not these names.
+        // A whole word, or the last part of a snake-case name ("DB_PASSWORD:"):
+        // "bypassword:" or "secretary:" are not these names.
         let before = s[..i].chars().next_back();
-        if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') {
+        if before.is_some_and(|c| c.is_ascii_alphanumeric()) {
             return false;
         }
         let rest = s[end..].trim_start_matches(['"', '\'']);
         let Some(rest) = rest.trim_start().strip_prefix(':') else {
             return false;
         };
-        let v = rest.trim_start().trim_start_matches(['"', '\'']);
-        let v: &str = v
-            .split(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | ',' | '}' | '&'))
-            .next()
-            .unwrap_or("");
+        let value = rest.trim_start().trim_start_matches(['"', '\'']);
+        let first = |t: &'_ str| -> usize {
+            t.find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | ',' | '}' | '&'))
+                .unwrap_or(t.len())
+        };
+        let mut v = &value[..first(value)];
+        // "Authorization: Bearer abc...": the credential is the word after the scheme.
+        if s[i..end].eq_ignore_ascii_case("authorization")
+            && AUTH_SCHEMES.iter().any(|a| a.eq_ignore_ascii_case(v))
+        {
+            let next = value[v.len()..].trim_start();
+            v = &next[..first(next)];
+        }
         secretish(v)
     };
     match ac {
@@ -216,6 +236,22 @@ fn colon_assignment(s: &str) -> bool {
                 .any(|k| lower.match_indices(k).any(|(i, _)| found(i, i + k.len())))
         }
     }
+}
+
+/// `https://bob:S3cret@host/`, `postgres://app:Pr0d!@db/app`: a URL whose userinfo carries a
+/// password that reads as a secret (`user:${TOKEN}@` placeholders stay allowed).
+fn url_password(s: &str) -> bool {
+    s.match_indices("://").any(|(i, _)| {
+        let rest = &s[i + 3..];
+        let authority = rest
+            .split(|c: char| c.is_whitespace() || matches!(c, '/' | '?' | '#' | '"' | '\''))
+            .next()
+            .unwrap_or("");
+        authority
+            .rsplit_once('@')
+            .and_then(|(userinfo, _)| userinfo.split_once(':'))
+            .is_some_and(|(_, password)| secretish(password))
+    })
 }
 
 /// A value that reads as a secret, not as prose or a placeholder: at least 6 characters with
@@ -248,53 +284,94 @@ const GLUED_P_CLIENTS: [&str; 9] = [
     "mariadb-admin",
 ];
 
+/// Which password-taking client a command word names.
+enum Client {
+    /// MySQL/MariaDB: the password glued to `-p`.
+    GluedP,
+    /// `sshpass -p PASS` or `-pPASS`.
+    Sshpass,
+    /// `curl -u user:pass` and its long forms.
+    Curl,
+    /// Anything else.
+    Other,
+}
+
 /// A password written on a command line: `mysql -pS3cret`, `sshpass -p S3cret ssh ...`,
 /// `curl -u bob:S3cret ...` / `--user bob:S3cret`.
+///
+/// One pass over each command (words between `;`, `&&`, `||`, `|`): a word is judged as an
+/// argument of every client named before it, so many client names cost no rescans (one
+/// rescan per "curl" made a 64 KB parameter take seconds).
 fn command_line_password(s: &str) -> Option<&'static str> {
     let words: Vec<&str> = s.split_whitespace().collect();
-    let base = |w: &str| {
-        w.rsplit('/')
-            .next()
-            .unwrap_or("")
-            .trim_matches(['"', '\''])
-            .to_string()
-    };
-    for (i, w) in words.iter().enumerate() {
-        let b = base(w);
-        // The command's own arguments, up to a shell separator.
-        let args = words[i + 1..]
-            .iter()
-            .take_while(|a| !matches!(**a, ";" | "&&" | "||" | "|"));
-        if GLUED_P_CLIENTS.contains(&b.as_str()) {
-            let mut args = args;
-            if args.any(|a| a.len() > 2 && a.starts_with("-p")) {
-                return Some("password on a command line");
-            }
+    let client = |w: &'_ str| -> Client {
+        let b = w.rsplit('/').next().unwrap_or("").trim_matches(['"', '\'']);
+        if GLUED_P_CLIENTS.contains(&b) {
+            Client::GluedP
         } else if b == "sshpass" {
-            let a: Vec<&&str> = args.collect();
-            if a.windows(2)
-                .any(|p| *p[0] == "-p" && !p[1].starts_with('-'))
-                || a.iter().any(|x| x.len() > 2 && x.starts_with("-p"))
-            {
-                return Some("password on a command line");
-            }
+            Client::Sshpass
         } else if b == "curl" {
-            let a: Vec<&&str> = args.collect();
-            let userpass = |v: &str| {
-                v.trim_matches(['"', '\''])
-                    .split_once(':')
-                    .is_some_and(|(_, p)| !p.is_empty())
+            Client::Curl
+        } else {
+            Client::Other
+        }
+    };
+    let userpass = |v: &str| {
+        v.trim_matches(['"', '\''])
+            .split_once(':')
+            .is_some_and(|(_, p)| !p.is_empty())
+    };
+    for command in words.split(|w| matches!(*w, ";" | "&&" | "||" | "|")) {
+        let (mut glued_p, mut sshpass, mut curl) = (false, false, false);
+        let mut prev = "";
+        for w in command {
+            let glued_pass = w.len() > 2 && w.starts_with("-p");
+            let curl_glued = if w.starts_with("--") {
+                w.strip_prefix("--user=")
+                    .or_else(|| w.strip_prefix("--proxy-user="))
+            } else {
+                w.strip_prefix("-u")
             };
-            if a.windows(2)
-                .any(|p| matches!(*p[0], "-u" | "--user" | "--proxy-user") && userpass(p[1]))
-                || a.iter()
-                    .any(|x| x.len() > 2 && x.starts_with("-u") && userpass(&x[2..]))
+            if (glued_p && glued_pass)
+                || (sshpass && (glued_pass || (prev == "-p" && !w.starts_with('-'))))
+                || (curl
+                    && ((matches!(prev, "-u" | "--user" | "--proxy-user") && userpass(w))
+                        || curl_glued.is_some_and(userpass)))
             {
                 return Some("password on a command line");
             }
+            match client(w) {
+                Client::GluedP => glued_p = true,
+                Client::Sshpass => sshpass = true,
+                Client::Curl => curl = true,
+                Client::Other => {}
+            }
+            prev = w;
         }
     }
     None
+}
+
+/// `{"name": "Authorization", "value": "Bearer ..."}` (HAR, fetch and Postman header lists,
+/// `key`/`value` env lists): the secret-named field spelled as a pair. Returns the name.
+fn named_secret(v: &serde_json::Value) -> Option<&str> {
+    use serde_json::Value;
+    match v {
+        Value::Object(m) => {
+            let name = ["name", "key", "header", "variable"]
+                .iter()
+                .find_map(|k| m.get(*k).and_then(Value::as_str));
+            let value = m.get("value").and_then(Value::as_str);
+            if let (Some(n), Some(val)) = (name, value) {
+                if val.len() >= 4 && secret_key_name(n) {
+                    return Some(n);
+                }
+            }
+            m.values().find_map(named_secret)
+        }
+        Value::Array(a) => a.iter().find_map(named_secret),
+        _ => None,
+    }
 }
 
 impl Rule for CredentialLeak {
@@ -302,8 +379,11 @@ impl Rule for CredentialLeak {
         "credential_leak"
     }
     fn evaluate(&self, ctx: &RuleContext<'_>) -> RuleOutcome {
+        let mut lines = Vec::new();
+        argv_lines(&ctx.cmd.params, None, &mut lines);
         let mut all = Vec::new();
         strings(&ctx.cmd.params, None, &mut all);
+        all.extend(lines.iter().map(|(k, l)| (*k, l.as_str())));
         for (key, s) in all {
             if let Some(k) = key.filter(|_| s.len() >= 4) {
                 if secret_key_name(k) {
@@ -315,6 +395,9 @@ impl Rule for CredentialLeak {
             if let Some(what) = Self::scan(s) {
                 return RuleOutcome::deny(format!("credential leak: {what}"));
             }
+        }
+        if let Some(k) = named_secret(&ctx.cmd.params) {
+            return RuleOutcome::deny(format!("credential leak: secret-bearing field '{k}'"));
         }
         RuleOutcome::allow()
     }

@@ -93,6 +93,24 @@ fn strings<'a>(v: &'a Value, key: Option<&'a str>, out: &mut Vec<(Option<&'a str
     }
 }
 
+/// Every array of two or more strings, joined with single spaces, with the array's key: an
+/// argv such as `["bash", "-c", "id"]` read as the command line it runs, so a pattern cannot
+/// be split across elements.
+fn argv_lines<'a>(v: &'a Value, key: Option<&'a str>, out: &mut Vec<(Option<&'a str>, String)>) {
+    match v {
+        Value::Array(a) => {
+            if a.len() >= 2 && a.iter().all(Value::is_string) {
+                let words: Vec<&str> = a.iter().filter_map(Value::as_str).collect();
+                out.push((key, words.join(" ")));
+            } else {
+                a.iter().for_each(|x| argv_lines(x, key, out));
+            }
+        }
+        Value::Object(m) => m.iter().for_each(|(k, x)| argv_lines(x, Some(k), out)),
+        _ => {}
+    }
+}
+
 /// Enforces a minimum server security profile (§4.4) with challenges for missing evidence (§4.7).
 pub struct PolicyFloor {
     /// Minimum acceptable profile.

@@ -47,41 +47,54 @@ impl SsrfProtection {
         false
     }
 
-    /// A URL starting at its (lower-cased) scheme; `None` when it is not one we check.
-    fn check_url(u: &str) -> Option<String> {
+    /// The URL whose (lower-cased) scheme starts at `u[start..]`; `None` when it is not one we
+    /// check.
+    fn check_url(u: &str, start: usize, memo: &mut AuthorityMemo) -> Option<String> {
+        let url = &u[start..];
         for scheme in FORBIDDEN_SCHEMES {
-            if u.starts_with(scheme) {
+            if url.starts_with(scheme) {
                 return Some(format!("SSRF: forbidden URL scheme {scheme}"));
             }
         }
-        let (scheme, rest) = u.split_once(':')?;
+        let (scheme, rest) = url.split_once(':')?;
         if !HOST_SCHEMES.contains(&scheme) {
             return None;
         }
         // WHATWG parsers take any run of slashes and backslashes (or none: "http:10.0.0.1")
         // before the host of a special scheme.
-        Self::check_authority(rest.trim_start_matches(['/', '\\']))
+        let host_at = u.len() - rest.trim_start_matches(['/', '\\']).len();
+        Self::check_authority_in(u, host_at, memo)
     }
 
     /// The host of `authority[/path...]`, read as WHATWG does (a backslash ends it) and as
     /// parsers that keep backslashes in the authority do (Python's urlsplit): either internal
     /// host denies.
     fn check_authority(rest: &str) -> Option<String> {
-        // Without a backslash both readings are the same: one pass.
-        let readings: &[&[char]] = if rest.contains('\\') {
-            &[&['/', '?', '#', '\\'], &['/', '?', '#']]
+        Self::check_authority_in(rest, 0, &mut AuthorityMemo::default())
+    }
+
+    /// [`Self::check_authority`] of `s[pos..]`, with the authority's end and last '@' taken
+    /// from `memo` when an earlier URL of the same token shares them.
+    fn check_authority_in(s: &str, pos: usize, memo: &mut AuthorityMemo) -> Option<String> {
+        let whatwg = memo.whatwg.locate(s, pos, &['/', '?', '#', '\\']);
+        let python = memo.python.locate(s, pos, &['/', '?', '#']);
+        // Without a backslash in the authority both readings are the same: one pass.
+        let readings: &[(usize, Option<usize>)] = if whatwg.0 == python.0 {
+            &[whatwg][..]
         } else {
-            &[&['/', '?', '#']]
+            &[whatwg, python][..]
         };
-        for &ends in readings {
-            let authority = rest.split(ends).next().unwrap_or("");
-            let hostport = authority.rsplit('@').next().unwrap_or("");
+        for &(end, at) in readings {
+            let hostport = &s[at.map_or(pos, |a| a + 1)..end];
             let host = if hostport.starts_with('[') {
-                hostport
-                    .split(']')
-                    .next()
-                    .map(|h| format!("{h}]"))
-                    .unwrap_or_default()
+                // An IPv6 literal (zone id included) is short: a ']' further on closes no
+                // host, so the search stops there (unclosed, it is read as if closed).
+                let mut n = hostport.len().min(256);
+                while !hostport.is_char_boundary(n) {
+                    n -= 1;
+                }
+                let inner = hostport[..n].split(']').next().unwrap_or("");
+                format!("{inner}]")
             } else {
                 let h = hostport.split(':').next().unwrap_or("");
                 // Punctuation around a URL in prose: "(http://10.0.0.1)", "<...>".
@@ -114,6 +127,7 @@ impl SsrfProtection {
             }
         }
         let b = lower.as_bytes();
+        let mut memo = AuthorityMemo::default();
         for (colon, _) in lower.match_indices(':') {
             // The scheme is the run of scheme characters before the ':'.
             let start = b[..colon]
@@ -121,7 +135,7 @@ impl SsrfProtection {
                 .rposition(|c| !(c.is_ascii_alphanumeric() || matches!(c, b'+' | b'-' | b'.')))
                 .map_or(0, |p| p + 1);
             if start < colon {
-                if let Some(r) = Self::check_url(&lower[start..]) {
+                if let Some(r) = Self::check_url(&lower, start, &mut memo) {
                     return Some(r);
                 }
             }
@@ -164,9 +178,14 @@ impl SsrfProtection {
     /// `endpoint`, `proxy`...): its value is read as `host[:port][/path]` even without a
     /// scheme ("169.254.169.254", "metadata.google.internal", "10.0.0.5:5432").
     fn check_host_field(key: &str, value: &str) -> Option<String> {
-        let last = key.rsplit(['_', '-', '.']).next().unwrap_or("");
-        let named = |n: &str| HOST_KEYS.iter().any(|h| h.eq_ignore_ascii_case(n));
-        if !named(last) && !named(key) {
+        // Plurals name lists of the same ("hosts", "targetUrls").
+        let named = |n: &str| {
+            let singular = n.strip_suffix(['s', 'S']).unwrap_or(n);
+            HOST_KEYS
+                .iter()
+                .any(|h| h.eq_ignore_ascii_case(n) || h.eq_ignore_ascii_case(singular))
+        };
+        if !named(last_word(key)) && !named(key) {
             return None;
         }
         let v = value.trim();
@@ -178,7 +197,53 @@ impl SsrfProtection {
     }
 }
 
-/// Parameter names (or their last `_`/`-`/`.` part) that hold a host, address or URL.
+/// The last word of a parameter name: after the last `_`, `-` or `.`, then the last camelCase
+/// hump ("target_url" -> "url", "webhookUrl" -> "Url", "proxyHost" -> "Host", "targetURL" -> "URL").
+fn last_word(key: &str) -> &str {
+    let tail = key.rsplit(['_', '-', '.']).next().unwrap_or("");
+    let b = tail.as_bytes();
+    // A hump starts at an upper-case letter after a lower-case one (both ASCII, so the
+    // index is a char boundary).
+    let start = (1..b.len())
+        .rev()
+        .find(|&i| b[i].is_ascii_uppercase() && b[i - 1].is_ascii_lowercase())
+        .unwrap_or(0);
+    &tail[start..]
+}
+
+/// Where the authorities of a token's URLs end, remembered between URLs: every URL whose host
+/// starts before a found end shares that end (no delimiter lies between), and its last '@'
+/// is the shared one if that lies after the host's start. So a token with many URLs
+/// ("http:http:http:...") is searched once, not once per URL (seconds for 64 KB).
+#[derive(Default)]
+struct AuthorityMemo {
+    whatwg: Reach,
+    python: Reach,
+}
+
+/// One reading's last search: from `from`, the authority ends at `end`, with its last '@'.
+#[derive(Default)]
+struct Reach {
+    found: Option<(usize, usize, Option<usize>)>,
+}
+
+impl Reach {
+    /// The end of the authority starting at `s[pos..]` (first of `delims`, or the end of
+    /// `s`) and the last '@' before it at or after `pos`.
+    fn locate(&mut self, s: &str, pos: usize, delims: &[char]) -> (usize, Option<usize>) {
+        if let Some((from, end, at)) = self.found {
+            if from <= pos && pos <= end {
+                return (end, at.filter(|&a| a >= pos));
+            }
+        }
+        let end = s[pos..].find(delims).map_or(s.len(), |i| pos + i);
+        let at = s[pos..end].rfind('@').map(|i| pos + i);
+        self.found = Some((pos, end, at));
+        (end, at)
+    }
+}
+
+/// Parameter names (or their last word, see [`last_word`]) that hold a host, address or URL.
 /// Names that may hold plain data about a host ("client_ip", "address") are not here.
 const HOST_KEYS: [&str; 13] = [
     "host", "hostname", "server", "endpoint", "target", "url", "uri", "domain", "proxy",

@@ -143,12 +143,13 @@ fn ccs_11_4_a_seal_is_void_once_the_chain_grows_and_needs_a_trusted_key() {
     ts.enroll(&v.settings().issuer, &pk, &v.keys().fingerprint())
         .unwrap();
     let issuer = v.settings().issuer.clone();
-    c.seal = Some(crate::seal::ChainSeal::sign(&c, v.keys(), &issuer, 1.0).unwrap());
+    let at = r0.issued_at + 1.0;
+    c.seal = Some(crate::seal::ChainSeal::sign(&c, v.keys(), &issuer, at).unwrap());
     assert!(c.verify_full(&ts, None).sealed);
     // A seal by a key the relying party does not trust proves nothing.
     let stranger = KeyMaterial::generate(None);
     let mut foreign = c.clone();
-    foreign.seal = Some(crate::seal::ChainSeal::sign(&c, &stranger, &issuer, 1.0).unwrap());
+    foreign.seal = Some(crate::seal::ChainSeal::sign(&c, &stranger, &issuer, at).unwrap());
     let res = foreign.verify_full(&ts, None);
     assert!(!res.chain_valid && !res.sealed, "{res:?}");
     // The next hop appended: the old seal no longer claims the end.
@@ -160,4 +161,52 @@ fn ccs_11_4_a_seal_is_void_once_the_chain_grows_and_needs_a_trusted_key() {
     assert!(c.seal.is_none());
     let res = c.verify_full(&ts, None);
     assert!(res.chain_valid && !res.sealed, "{res:?}");
+}
+
+#[test]
+fn ccs_11_4_a_seal_comes_from_the_last_receipts_issuer_and_not_before_that_receipt() {
+    let (v, other) = (verifier(), verifier_as("https://other.example"));
+    let mut ts = TrustStore::default();
+    for x in [&v, &other] {
+        let pk = base64::engine::general_purpose::STANDARD.encode(x.keys().public().to_bytes());
+        ts.enroll(&x.settings().issuer, &pk, &x.keys().fingerprint())
+            .unwrap();
+    }
+    let mut i = intake("delegate", json!({"hop": 0}));
+    i["trace_id"] = json!("00000000000000b0");
+    let r0 = v.issue(&i).unwrap().receipt;
+    let mut c = EvidenceChain::new(r0.clone()).unwrap();
+    let at = r0.issued_at + 1.0;
+    let vi = v.settings().issuer.clone();
+    let good = crate::seal::ChainSeal::sign(&c, v.keys(), &vi, at).unwrap();
+    // Another trusted verifier, whose receipt is not the chain's end, cannot close it
+    // (sign refuses; a hand-made seal does not verify).
+    let oi = other.settings().issuer.clone();
+    assert!(crate::seal::ChainSeal::sign(&c, other.keys(), &oi, at).is_err());
+    let mut foreign = good.clone();
+    foreign.issuer = oi;
+    foreign.signing_key_fingerprint = other.keys().fingerprint();
+    foreign.resign(other.keys()).unwrap();
+    c.seal = Some(foreign);
+    let res = c.verify_full(&ts, None);
+    assert!(!res.chain_valid && !res.sealed, "{res:?}");
+    // A seal dated before the receipt it names (a retired key's window) is void.
+    let early = r0.issued_at - r0.max_clock_skew - 3600.0;
+    assert!(crate::seal::ChainSeal::sign(&c, v.keys(), &vi, early).is_err());
+    let mut backdated = good.clone();
+    backdated.sealed_at = early;
+    backdated.resign(v.keys()).unwrap();
+    c.seal = Some(backdated);
+    let res = c.verify_full(&ts, None);
+    assert!(!res.chain_valid && !res.sealed, "{res:?}");
+    c.seal = Some(good);
+    assert!(c.verify_full(&ts, None).sealed);
+}
+
+fn verifier_as(issuer: &str) -> Verifier {
+    let settings = VerifierSettings {
+        issuer: issuer.into(),
+        ..VerifierSettings::default()
+    };
+    Verifier::new(settings, KeyMaterial::generate(None), default_rules()).unwrap()
 }
