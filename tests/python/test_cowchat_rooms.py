@@ -269,6 +269,58 @@ def test_ephemeral_room_goes_when_its_last_member_is_gone(home):
         d.stop()
 
 
+def room_kinds(d: Daemon, room: str) -> list[str]:
+    """The kinds of the room's ledger events, read through the CCCS IPC."""
+    from test_cowchat import raw_ipc
+    lines = raw_ipc(d, {"v": 1, "op": "events_stream", "args": {"group_id": room, "since_seq": 0, "follow": False}})
+    assert lines[0]["ok"] is True, lines[0]
+    return [l["event"]["kind"] for l in lines[1:] if l.get("t") == "event"]
+
+
+def test_an_ephemeral_room_left_empty_by_a_kill_9_before_its_deletion_goes_at_start(home, monkeypatch):
+    """The last member's removal and the room's deletion are two commits: a kill -9 between
+    them (held open here by a debug-build pause) left an empty ephemeral room for good. At
+    start-up an ephemeral room that had members and has none is destroyed; one nobody has
+    joined yet stays (the running daemon keeps it too, and restarting changes nothing)."""
+    monkeypatch.setenv("CONVENE_TEST_PAUSE_BEFORE_EPHEMERAL_DESTROY_MS", "60000")
+    d = start(home)
+    try:
+        a = CC(d.cowchat_unix)
+        reg(a, "alice")
+        eph = a.ok("create_room", {"name": "quick", "ephemeral": True, "public": True})["room_id"]
+        unjoined = a.ok("create_room", {"name": "later", "ephemeral": True, "public": True})["room_id"]
+        a.ok("join_room", {"room_id": eph})
+        a.send("leave_room", {"room_id": eph})  # answered only after the deletion
+        deadline = time.time() + 10
+        while "actor.remove" not in room_kinds(d, eph):
+            assert time.time() < deadline, "the leave never committed"
+            time.sleep(0.05)
+        d.kill9()
+        monkeypatch.delenv("CONVENE_TEST_PAUSE_BEFORE_EPHEMERAL_DESTROY_MS")
+        d = start(home)
+        b = CC(d.cowchat_unix)
+        reg(b, "bob")
+        rooms = {r["room_id"] for r in b.ok("list_rooms")["rooms"]}
+        assert eph not in rooms and unjoined in rooms, rooms
+        assert error_code(b.req("join_room", {"room_id": eph})) == "room_not_found"
+        b.ok("join_room", {"room_id": unjoined})
+    finally:
+        d.stop()
+
+
+def test_an_ephemeral_room_whose_last_member_is_removed_over_the_ipc_goes_at_once(cow):
+    w, a = CC(cow.cowchat_unix), CC(cow.cowchat_unix)
+    reg(w, "watcher")
+    reg(a, "alice")
+    eph = a.ok("create_room", {"name": "quick", "ephemeral": True, "public": True})["room_id"]
+    assert w.push("room_created")["payload"]["room_id"] == eph
+    a.ok("join_room", {"room_id": eph})
+    r = cow.raw({"v": 1, "op": "actor_remove", "args": {"group_id": eph, "actor_id": "alice", "by": "user"}})
+    assert r["ok"] is True, r
+    assert w.push("room_destroyed")["payload"]["room_id"] == eph
+    assert error_code(w.req("join_room", {"room_id": eph})) == "room_not_found"
+
+
 def test_turn_token_follows_the_three_rules(cow):
     a, b, c = CC(cow.cowchat_unix), CC(cow.cowchat_unix), CC(cow.cowchat_unix)
     for x, n in ((a, "a"), (b, "b"), (c, "c")):

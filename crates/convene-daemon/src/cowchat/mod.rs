@@ -8,6 +8,7 @@ mod agents;
 mod attrs;
 mod conn;
 mod coord;
+mod follow;
 mod keys;
 pub mod limits;
 mod live;
@@ -82,6 +83,8 @@ pub struct Face {
     attrs: attrs::Cache,
     /// Room name → room, and rooms per owning key.
     names: names::Directory,
+    /// Members this face is removing right now (the change follower leaves them to it).
+    departing: follow::Departures,
 }
 
 impl Face {
@@ -97,9 +100,11 @@ impl Face {
             hooks: std::sync::OnceLock::new(),
             attrs: attrs::Cache::default(),
             names: names::Directory::default(),
+            departing: follow::Departures::default(),
         });
         rooms::ensure_lobby(&face).await;
         coord::start(&face).await;
+        follow::start(&face).await;
         live::adopt_members_at_start(&face);
         live::spawn_reaper(face.clone());
         keys::spawn_revoker(face.clone());

@@ -249,25 +249,50 @@ pub(in super::super) async fn reconcile_departed(face: &Face, room: Option<&str>
     reconcile_locked(face, room).await;
 }
 
+/// As the group changes (the face's change follower, `follow.rs`): records the voters of the
+/// room's open votes that are no longer members, then closes the votes that now wait for
+/// nobody. Takes the coordination lock only when there is such a voter.
+pub(in super::super) async fn settle_departed(face: &Face, room: &str) {
+    if departed(face, Some(room)).is_empty() {
+        return;
+    }
+    let settled = {
+        let _one = face.coord.write.lock().await;
+        reconcile_locked(face, Some(room)).await
+    };
+    for id in settled {
+        close_vote(face, id, "all_voted").await;
+    }
+}
+
+/// (room, vote, agent) of each eligible voter of an open vote that had not voted and is no
+/// longer a member of the vote's room, leaving out the members this face is removing right
+/// now (their removal records them itself, with their name).
+fn departed(face: &Face, room: Option<&str>) -> Vec<(String, String, String)> {
+    let st = face.coord.state.lock();
+    let eng = face.d.ledger.engine();
+    st.votes
+        .values()
+        .filter(|v| v.is_open() && room.is_none_or(|r| r == v.room_id))
+        .flat_map(|v| {
+            let g = eng.group(&v.room_id);
+            v.eligible
+                .iter()
+                .filter(|e| {
+                    !v.has_voted(e)
+                        && g.is_some_and(|g| g.actor(e).is_none())
+                        && !face.departing.contains(&v.room_id, e)
+                })
+                .map(|e| (v.room_id.clone(), v.vote_id.clone(), e.clone()))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
 /// [`reconcile_departed`] for a caller holding the coordination write lock. Returns the open
 /// votes now waiting for nobody (every voter still eligible voted), to be closed.
 pub(in super::super) async fn reconcile_locked(face: &Face, room: Option<&str>) -> Vec<String> {
-    let gone: Vec<(String, String, String)> = {
-        let st = face.coord.state.lock();
-        let eng = face.d.ledger.engine();
-        st.votes
-            .values()
-            .filter(|v| v.is_open() && room.is_none_or(|r| r == v.room_id))
-            .flat_map(|v| {
-                let g = eng.group(&v.room_id);
-                v.eligible
-                    .iter()
-                    .filter(|e| !v.has_voted(e) && g.is_some_and(|g| g.actor(e).is_none()))
-                    .map(|e| (v.room_id.clone(), v.vote_id.clone(), e.clone()))
-                    .collect::<Vec<_>>()
-            })
-            .collect()
-    };
+    let gone = departed(face, room);
     let mut settled: Vec<String> = Vec::new();
     for (room, id, agent) in gone {
         let data = json!({"vote_id": id, "agent_id": agent, "agent_name": agent});
