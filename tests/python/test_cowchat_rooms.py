@@ -612,3 +612,57 @@ def test_the_lobby_comes_back_after_an_operator_deleted_it_and_its_name_stays_re
         assert joined["public"] is True and joined["room_id"] != lobby, joined
     finally:
         d.stop()
+
+
+def test_sub_rooms_that_stored_their_parents_name_are_migrated_to_its_id_at_start(home):
+    """Before sub-rooms stored their parent's id, a parent given by name was stored as that
+    name, and `list_rooms parent_id=<id>` / `room_info`'s `sub_rooms` never found them. The
+    old shape is rebuilt here over the CCCS IPC (the `cowchat` settings as an old daemon wrote
+    them); at start-up a stored name that names exactly one room the sub-room's key can see
+    becomes that room's id. A name naming several such rooms, or none, is left as stored."""
+    d = start(home)
+    try:
+        a = CC(d.cowchat_unix)
+        reg(a, "alice")
+        alpha = a.ok("create_room", {"name": "alpha", "public": True})["room_id"]
+        twin1 = a.ok("create_room", {"name": "twin"})["room_id"]
+        twin2 = a.ok("create_room", {"name": "twin-2"})["room_id"]
+        subs = {n: a.ok("create_room", {"name": n, "parent_id": p})["room_id"]
+                for n, p in (("alpha-tests", alpha), ("twin-tests", twin1), ("orphan", alpha))}
+
+        def old_shape(rid: str, parent: str) -> None:
+            g = d.raw({"v": 1, "op": "group_show", "args": {"group_id": rid}})
+            attrs = {**g["result"]["group"]["settings"]["cowchat"], "parent_id": parent}
+            r = d.raw({"v": 1, "op": "group_settings_update", "args": {"group_id": rid, "patch": {"cowchat": attrs}}})
+            assert r["ok"] is True, r
+
+        old_shape(subs["alpha-tests"], "alpha")
+        old_shape(subs["twin-tests"], "twin")
+        old_shape(subs["orphan"], "gone-parent")
+        # Two rooms of one key named alike (another face can do that): the name is ambiguous.
+        r = d.raw({"v": 1, "op": "group_settings_update", "args": {"group_id": twin2, "patch": {"cowchat_room": "twin"}}})
+        assert r["ok"] is True, r
+        assert a.ok("list_rooms", {"parent_id": alpha})["rooms"] == []
+        d.kill9()
+        d = start(home)
+        b = CC(d.cowchat_unix)
+        reg(b, "alice")
+        listed = b.ok("list_rooms", {"parent_id": alpha})["rooms"]
+        assert [(r["room_id"], r["parent_id"]) for r in listed] == [(subs["alpha-tests"], alpha)]
+        info = b.ok("room_info", {"room_id": alpha})
+        assert [s["room_id"] for s in info["sub_rooms"]] == [subs["alpha-tests"]]
+        parents = {r["room_id"]: r["parent_id"] for r in b.ok("list_rooms")["rooms"]}
+        assert parents[subs["twin-tests"]] == "twin" and parents[subs["orphan"]] == "gone-parent"
+        # The migration is one settings update, recorded once: a second start changes nothing.
+        d.stop()
+        d = start(home)
+        g = d.raw({"v": 1, "op": "group_show", "args": {"group_id": subs["alpha-tests"]}})
+        assert g["result"]["group"]["settings"]["cowchat"]["parent_id"] == alpha
+        from test_cowchat import raw_ipc
+        lines = raw_ipc(d, {"v": 1, "op": "events_stream", "args": {"group_id": subs["alpha-tests"], "since_seq": 0, "follow": False}})
+        updates = [(l["event"]["by"], l["event"]["data"]["patch"]["cowchat"]["parent_id"]) for l in lines[1:]
+                   if l.get("t") == "event" and l["event"]["kind"] == "group.settings_update"]
+        # Created, made old-shaped, migrated once.
+        assert updates == [("svc:cowchat", alpha), ("user", "alpha"), ("svc:cowchat", alpha)], updates
+    finally:
+        d.stop()

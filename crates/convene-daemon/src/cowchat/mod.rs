@@ -13,6 +13,7 @@ mod keys;
 pub mod limits;
 mod live;
 mod messages;
+mod migrate;
 mod names;
 mod push;
 mod replay;
@@ -103,6 +104,7 @@ impl Face {
             departing: follow::Departures::default(),
         });
         rooms::ensure_lobby(&face).await;
+        migrate::parent_names_to_ids(&face).await;
         coord::start(&face).await;
         follow::start(&face).await;
         live::adopt_members_at_start(&face);
