@@ -321,6 +321,27 @@ def test_an_ephemeral_room_whose_last_member_is_removed_over_the_ipc_goes_at_onc
     assert error_code(w.req("join_room", {"room_id": eph})) == "room_not_found"
 
 
+def test_a_turn_holder_removed_over_the_ipc_passes_the_token_at_once(cow):
+    """Rule 3 for a holder removed over the CCCS IPC: the token leaves it as soon as the
+    removal commits (it used to stay with the non-member until the next message or join)."""
+    a, b = CC(cow.cowchat_unix), CC(cow.cowchat_unix)
+    reg(a, "a")
+    reg(b, "b")
+    room = a.ok("create_room", {"name": "t", "public": True})["room_id"]
+    a.ok("join_room", {"room_id": room})
+    b.ok("join_room", {"room_id": room})
+    assert b.ok("room_info", {"room_id": room})["current_turn_holder"] == "a"
+    r = cow.raw({"v": 1, "op": "actor_remove", "args": {"group_id": room, "actor_id": "a", "by": "user"}})
+    assert r["ok"] is True, r
+    while True:
+        p = b.push("turn_changed")["payload"]
+        if p["reason"] == "left":
+            break
+    assert (p["current_turn_holder"], p["turn_order"]) == ("b", ["b"]), p
+    info = b.ok("room_info", {"room_id": room})
+    assert (info["current_turn_holder"], info["turn_order"]) == ("b", ["b"]), info
+
+
 def test_turn_token_follows_the_three_rules(cow):
     a, b, c = CC(cow.cowchat_unix), CC(cow.cowchat_unix), CC(cow.cowchat_unix)
     for x, n in ((a, "a"), (b, "b"), (c, "c")):

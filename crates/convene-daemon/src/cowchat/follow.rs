@@ -2,8 +2,8 @@
 //! from membership reacts to a change it did not make itself (the CCCS IPC's `actor_remove`
 //! or `group_delete`, an import) as soon as it commits, and to what a kill -9 left half done
 //! at start-up: a voter that is gone no longer holds a vote open, a leader that is gone no
-//! longer leads, an ephemeral room everyone left is destroyed, a deleted room's votes and
-//! tasks are forgotten.
+//! longer leads or holds the turn token, an ephemeral room everyone left is destroyed, a
+//! deleted room's votes, tasks and turn token are forgotten.
 //!
 //! The face's own removals ([`super::rooms::remove_member`]) do this work themselves, with the
 //! member's name and the right reason; while one is in flight its (room, agent) is marked
@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use convene_core::event::kinds::ACTOR_ADD;
 
-use super::{coord, rooms, Face};
+use super::{coord, live, rooms, Face};
 
 /// Members whose removal by this face is in flight: (room, agent) → how many.
 #[derive(Default)]
@@ -115,43 +115,59 @@ async fn settle(face: &Face, room: &str) {
         NotARoom,
         Room {
             leader_gone: Option<String>,
+            holder_gone: Option<String>,
             empty_ephemeral: bool,
         },
     }
+    // Read before the engine guard: the coordination state and the live state are never
+    // locked before the engine elsewhere (a lock-order inversion with a queued writer).
+    let leader = face
+        .coord
+        .state
+        .lock()
+        .leader(room)
+        .map(|(id, _)| id.clone());
+    let holder = live::turn_holder(face, room);
     let seen = {
         let eng = face.d.ledger.engine();
         match eng.group(room) {
             None => Seen::Deleted,
             Some(g) if !rooms::is_room(g) => Seen::NotARoom,
             Some(g) => {
-                let leader_gone = face
-                    .coord
-                    .state
-                    .lock()
-                    .leader(room)
-                    .map(|(id, _)| id.clone())
-                    .filter(|id| g.actor(id).is_none() && !face.departing.contains(room, id));
-                let empty_ephemeral = rooms::attrs(face, &eng, g).ephemeral
-                    && g.collaborators().next().is_none()
-                    && !face.departing.any_in(room);
+                let gone =
+                    |id: &String| g.actor(id).is_none() && !face.departing.contains(room, id);
                 Seen::Room {
-                    leader_gone,
-                    empty_ephemeral,
+                    leader_gone: leader.filter(gone),
+                    holder_gone: holder.filter(gone),
+                    empty_ephemeral: rooms::attrs(face, &eng, g).ephemeral
+                        && g.collaborators().next().is_none()
+                        && !face.departing.any_in(room),
                 }
             }
         }
     };
     match seen {
         // Deleted over another face (the face's own destroy forgets the room itself).
-        Seen::Deleted => face.coord.state.lock().forget_room(room),
+        Seen::Deleted => {
+            face.coord.state.lock().forget_room(room);
+            let mut live = face.live.lock();
+            live.turns.remove(room);
+            live.turn_seqs.remove(room);
+        }
         Seen::NotARoom => {}
         Seen::Room {
             leader_gone,
+            holder_gone,
             empty_ephemeral,
         } => {
             coord::votes::settle_departed(face, room).await;
             if let Some(id) = leader_gone {
                 coord::clear_stale_leader(face, room, &id).await;
+            }
+            // Rule 3 as for a holder that left; its place in the join order is gone with it,
+            // so the token goes to the first connected member.
+            if let Some(id) = holder_gone {
+                live::turn_event(face, room, &id, "left");
             }
             if empty_ephemeral && ever_joined(face, room).await {
                 rooms::destroy_if_empty_ephemeral(face, room).await;
