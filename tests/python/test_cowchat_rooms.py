@@ -342,6 +342,39 @@ def test_a_turn_holder_removed_over_the_ipc_passes_the_token_at_once(cow):
     assert (info["current_turn_holder"], info["turn_order"]) == ("b", ["b"]), info
 
 
+def test_rooms_renamed_or_deleted_over_the_ipc_are_pushed_to_those_who_see_them(cow):
+    """`room_updated` / `room_destroyed` used to reach clients only for this face's own rename
+    and destroy. An operator's rename, settings change or delete over the CCCS IPC is now
+    pushed too, as the change commits, to the connections that can see the room (another
+    key's connection never hears of a private room); the face's own rename is pushed once."""
+    other = auth(cow.home, "add-key", "team-b")
+    a, w, x = CC(cow.cowchat_unix), CC(cow.cowchat_unix), CC(cow.cowchat_unix)
+    reg(a, "alice")
+    reg(w, "watcher")
+    assert reg(x, "outsider", key=other)["type"] == "ok"
+    pub = a.ok("create_room", {"name": "open", "public": True})["room_id"]
+    assert x.push("room_created")["payload"]["room_id"] == pub
+    priv = a.ok("create_room", {"name": "secret"})["room_id"]
+    a.ok("rename_room", {"room_id": pub, "name": "open-2"})
+    for c in (w, x):
+        assert c.push("room_updated")["payload"]["name"] == "open-2"
+    r = cow.raw({"v": 1, "op": "group_settings_update", "args": {"group_id": pub, "patch": {"cowchat_room": "open-3"}}})
+    assert r["ok"] is True, r
+    for c in (w, x):
+        p = c.push("room_updated")["payload"]
+        assert (p["room_id"], p["name"]) == (pub, "open-3"), p  # no second push of open-2
+    r = cow.raw({"v": 1, "op": "group_settings_update", "args": {"group_id": priv, "patch": {"cowchat_room": "secret-2"}}})
+    assert r["ok"] is True, r
+    assert w.push("room_updated")["payload"]["name"] == "secret-2"
+    for gid in (priv, pub):
+        assert cow.raw({"v": 1, "op": "group_delete", "args": {"group_id": gid}})["ok"] is True
+    assert [w.push("room_destroyed")["payload"]["room_id"] for _ in range(2)] == [priv, pub]
+    # The outsider's key cannot see the private room: it hears of the public one only.
+    assert x.push("room_destroyed")["payload"]["room_id"] == pub
+    assert not [f for f in x.pending if f["payload"].get("room_id") == priv]
+    assert error_code(w.req("room_info", {"room_id": pub})) == "room_not_found"
+
+
 def test_turn_token_follows_the_three_rules(cow):
     a, b, c = CC(cow.cowchat_unix), CC(cow.cowchat_unix), CC(cow.cowchat_unix)
     for x, n in ((a, "a"), (b, "b"), (c, "c")):

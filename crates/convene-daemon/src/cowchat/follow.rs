@@ -3,19 +3,23 @@
 //! or `group_delete`, an import) as soon as it commits, and to what a kill -9 left half done
 //! at start-up: a voter that is gone no longer holds a vote open, a leader that is gone no
 //! longer leads or holds the turn token, an ephemeral room everyone left is destroyed, a
-//! deleted room's votes, tasks and turn token are forgotten.
+//! deleted room's votes, tasks and turn token are forgotten, and a room renamed, changed or
+//! deleted over another face is pushed as `room_updated` / `room_destroyed`.
 //!
 //! The face's own removals ([`super::rooms::remove_member`]) do this work themselves, with the
 //! member's name and the right reason; while one is in flight its (room, agent) is marked
 //! [`Departing`] and left to it here, so the two never record the same departure twice or
 //! race over which reason is recorded.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use convene_core::event::kinds::ACTOR_ADD;
+use convene_core::{Engine, Group};
+use serde_json::Value;
 
-use super::{coord, live, rooms, Face};
+use super::attrs::Attrs;
+use super::{coord, live, rooms, Face, ATTRS_KEY};
 
 /// Members whose removal by this face is in flight: (room, agent) → how many.
 #[derive(Default)]
@@ -63,6 +67,89 @@ impl Drop for Departing<'_> {
     }
 }
 
+/// What clients were last shown of each room (name, description, attributes), so a rename,
+/// settings change or deletion made through another face is pushed as `room_updated` /
+/// `room_destroyed`. The face's own create, rename and destroy record what they push while
+/// they hold the rooms lock; the follower compares under the same lock, so nothing is pushed
+/// twice.
+#[derive(Default)]
+pub(super) struct Shown(parking_lot::Mutex<HashMap<String, Shape>>);
+
+struct Shape {
+    name: String,
+    topic: String,
+    settings: Value,
+    /// Who may see it (for the push of its deletion, when the group is gone).
+    attrs: Arc<Attrs>,
+}
+
+impl Shape {
+    /// True when clients were shown the same room (the decoded attributes follow `settings`).
+    fn same(&self, o: &Shape) -> bool {
+        (&self.name, &self.topic, &self.settings) == (&o.name, &o.topic, &o.settings)
+    }
+}
+
+impl Shown {
+    /// Records the room as clients now see it (caller holds the rooms lock).
+    pub fn record(&self, face: &Face, eng: &Engine, g: &Group) {
+        let shape = shape(face, eng, g);
+        self.0.lock().insert(g.group_id.clone(), shape);
+    }
+
+    /// Forgets a room this face destroyed (caller holds the rooms lock).
+    pub fn forget(&self, room: &str) {
+        self.0.lock().remove(room);
+    }
+
+    fn rooms(&self) -> Vec<String> {
+        self.0.lock().keys().cloned().collect()
+    }
+}
+
+fn shape(face: &Face, eng: &Engine, g: &Group) -> Shape {
+    Shape {
+        name: super::names::room_name(g).unwrap_or_default().to_string(),
+        topic: g.topic.clone(),
+        settings: g.settings.extra.get(ATTRS_KEY).cloned().unwrap_or_default(),
+        attrs: rooms::attrs(face, eng, g),
+    }
+}
+
+/// Pushes `room_updated` / `room_destroyed` for a change of `room` this face did not make.
+async fn show(face: &Face, room: &str) {
+    let _one_at_a_time = face.rooms_lock.lock().await;
+    let push = {
+        let eng = face.d.ledger.engine();
+        match eng.group(room) {
+            Some(g) if rooms::is_room(g) => {
+                let now = shape(face, &eng, g);
+                let mut shown = face.shown.0.lock();
+                let changed = shown.get(room).is_some_and(|was| !was.same(&now));
+                shown.insert(room.to_string(), now);
+                drop(shown);
+                changed.then(|| {
+                    (
+                        rooms::visible_outboxes(face, &eng, g),
+                        "room_updated",
+                        rooms::room_value(face, &eng, g),
+                    )
+                })
+            }
+            _ => face.shown.0.lock().remove(room).map(|was| {
+                (
+                    rooms::outboxes_seeing(face, &was.attrs),
+                    "room_destroyed",
+                    serde_json::json!({"room_id": room}),
+                )
+            }),
+        }
+    };
+    if let Some((outs, kind, v)) = push {
+        live::fan_out(&outs, kind, &v);
+    }
+}
+
 /// At start-up (after the coordination state was rebuilt): settles every room as if each had
 /// just changed, then follows the engine's revision from there.
 pub(super) async fn start(face: &Arc<Face>) {
@@ -84,18 +171,28 @@ async fn follow(face: Arc<Face>, mut seen: u64) {
     let mut revisions = face.d.ledger.revisions();
     let mut stop = face.d.shutdown_rx();
     loop {
-        let changed: BTreeSet<String> = {
+        // In the order they changed (so pushes follow commit order), each once.
+        let changed: Vec<String> = {
             let eng = face.d.ledger.engine();
             let now = eng.revision();
             if now == seen {
-                BTreeSet::new()
+                Vec::new()
             } else {
-                let ids = match eng.changed_since(seen) {
+                let ids: Vec<String> = match eng.changed_since(seen) {
                     Some(ids) => ids.map(str::to_string).collect(),
-                    None => eng.groups().iter().map(|g| g.group_id.clone()).collect(),
+                    // Deleted rooms are no longer among the groups: those shown are checked too.
+                    None => eng
+                        .groups()
+                        .iter()
+                        .map(|g| g.group_id.clone())
+                        .chain(face.shown.rooms())
+                        .collect(),
                 };
                 seen = now;
-                ids
+                let mut once = HashSet::new();
+                ids.into_iter()
+                    .filter(|id| once.insert(id.clone()))
+                    .collect()
             }
         };
         for room in changed {
@@ -110,6 +207,7 @@ async fn follow(face: Arc<Face>, mut seen: u64) {
 
 /// Brings the face's state of one group in line with the group as committed.
 async fn settle(face: &Face, room: &str) {
+    show(face, room).await;
     enum Seen {
         Deleted,
         NotARoom,

@@ -86,6 +86,8 @@ pub struct Face {
     names: names::Directory,
     /// Members this face is removing right now (the change follower leaves them to it).
     departing: follow::Departures,
+    /// What clients were last shown of each room (the change follower pushes the difference).
+    shown: follow::Shown,
 }
 
 impl Face {
@@ -102,6 +104,7 @@ impl Face {
             attrs: attrs::Cache::default(),
             names: names::Directory::default(),
             departing: follow::Departures::default(),
+            shown: follow::Shown::default(),
         });
         rooms::ensure_lobby(&face).await;
         migrate::parent_names_to_ids(&face).await;

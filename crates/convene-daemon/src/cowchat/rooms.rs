@@ -144,8 +144,16 @@ pub(super) fn room_value(face: &Face, eng: &Engine, g: &Group) -> Value {
 }
 
 /// Outboxes of every connection that may see the room.
-fn visible_outboxes(face: &Face, eng: &Engine, g: &Group) -> Vec<Arc<super::conn::Outbox>> {
-    let a = attrs(face, eng, g);
+pub(super) fn visible_outboxes(
+    face: &Face,
+    eng: &Engine,
+    g: &Group,
+) -> Vec<Arc<super::conn::Outbox>> {
+    outboxes_seeing(face, &attrs(face, eng, g))
+}
+
+/// Outboxes of every connection that may see a room with these attributes.
+pub(super) fn outboxes_seeing(face: &Face, a: &Attrs) -> Vec<Arc<super::conn::Outbox>> {
     let live = face.live.lock();
     live.conns
         .values()
@@ -276,6 +284,7 @@ pub(super) async fn create_room(
     let (v, outs) = {
         let eng = face.d.ledger.engine();
         let g = room(&eng, &gid)?;
+        face.shown.record(&face, &eng, g);
         (room_value(&face, &eng, g), visible_outboxes(&face, &eng, g))
     };
     let others: Vec<_> = outs
@@ -472,6 +481,7 @@ async fn destroy(face: &Face, gid: &str) -> Result<Option<After>, WireError> {
         })
         .await
         .map_err(wire)?;
+    face.shown.forget(gid);
     {
         let mut live = face.live.lock();
         live.turns.remove(gid);
@@ -552,6 +562,7 @@ pub(super) async fn rename_room(
     let (v, outs) = {
         let eng = face.d.ledger.engine();
         let g = room(&eng, &gid)?;
+        face.shown.record(&face, &eng, g);
         (room_value(&face, &eng, g), visible_outboxes(&face, &eng, g))
     };
     s.after.push(After::Push(outs, "room_updated", v.clone()));
