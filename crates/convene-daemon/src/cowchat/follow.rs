@@ -247,6 +247,9 @@ async fn settle(face: &Face, room: &str) {
     match seen {
         // Deleted over another face (the face's own destroy forgets the room itself).
         Seen::Deleted => {
+            if let Some(h) = face.hooks.get() {
+                h.forget_room(room).await;
+            }
             face.coord.state.lock().forget_room(room);
             let mut live = face.live.lock();
             live.turns.remove(room);
