@@ -271,9 +271,20 @@ pub(in super::super) async fn settle_departed(face: &Face, room: &str) {
 fn departed(face: &Face, room: Option<&str>) -> Vec<(String, String, String)> {
     let st = face.coord.state.lock();
     let eng = face.d.ledger.engine();
-    st.votes
-        .values()
-        .filter(|v| v.is_open() && room.is_none_or(|r| r == v.room_id))
+    // One room's votes through its index: the change follower asks on every group change.
+    let votes: Vec<&Vote> = match room {
+        Some(r) => st
+            .room_votes
+            .get(r)
+            .into_iter()
+            .flatten()
+            .filter_map(|id| st.votes.get(id))
+            .collect(),
+        None => st.votes.values().collect(),
+    };
+    votes
+        .into_iter()
+        .filter(|v| v.is_open())
         .flat_map(|v| {
             let g = eng.group(&v.room_id);
             v.eligible
