@@ -469,3 +469,22 @@ def test_a_leader_removed_over_the_ipc_is_cleared_at_once(cow):
     assert error_code(a.req("decision", {"room_id": room, "content": "still mine"})) == "not_leader"
     cleared = [e for e in ledger(cow, room) if e["kind"] == "x.cowchat.leader.cleared"]
     assert [(e["data"]["leader_id"], e["data"]["reason"]) for e in cleared] == [(aid, "leader left")]
+
+
+def test_a_voter_removed_over_the_ipc_after_voting_is_named_in_the_result(cow):
+    """A voter that voted and was then removed over the CCCS IPC keeps its ballot and is named
+    at the reveal as it was called in the room (its actor title is gone with the removal, and
+    no `voter_left` record names it: the name comes from its join in the room's ledger)."""
+    a, b = CC(cow.cowchat_unix), CC(cow.cowchat_unix)
+    aid = a.register("Alice A", agent_id="alice")
+    bid = b.register("Bob B", agent_id="bob")
+    room = make_room(a, "council")
+    b.ok("join_room", {"room_id": room})
+    v = a.ok("create_vote", {"room_id": room, "title": "Pick", "options": ["A", "B"]})
+    b.ok("cast_vote", {"vote_id": v["vote_id"], "option_index": 1})
+    r = cow.raw({"v": 1, "op": "actor_remove", "args": {"group_id": room, "actor_id": bid, "by": "user"}})
+    assert r["ok"] is True, r
+    a.ok("cast_vote", {"vote_id": v["vote_id"], "option_index": 0})
+    result = a.push("vote_result")["payload"]
+    assert result["ballots"] == [{"agent_id": bid, "agent_name": "Bob B", "option_index": 1},
+                                 {"agent_id": aid, "agent_name": "Alice A", "option_index": 0}], result

@@ -108,9 +108,13 @@ impl Face {
         });
         rooms::ensure_lobby(&face).await;
         migrate::parent_names_to_ids(&face).await;
+        // Before anything start-up appends to the rooms (a reveal or election result that
+        // came due while the daemon was down, a stale leader's clearing): a member without a
+        // saved replay point resumes from the head as it was at the stop, so reconnecting it
+        // is pushed those too, however soon the timers armed below fire.
+        live::adopt_members_at_start(&face);
         coord::start(&face).await;
         follow::start(&face).await;
-        live::adopt_members_at_start(&face);
         live::spawn_reaper(face.clone());
         keys::spawn_revoker(face.clone());
         face

@@ -351,9 +351,14 @@ async fn close_vote(face: &Face, id: String, reason: &str) {
     for (agent, blob) in &v.ballots {
         match sealer.open(&v.vote_id, agent, blob) {
             Ok(i) if (i as usize) < v.options.len() => {
-                // A member now is named as it is now; a voter that left, as it was then.
+                // A member now is named as it is now; a voter that left, as it was then (as
+                // recorded when it left, or, removed over another face, as it joined).
+                let member = is_member(face, &v.room_id, agent);
                 let name = match v.left_names.get(agent) {
-                    Some(then) if !is_member(face, &v.room_id, agent) => then.clone(),
+                    Some(then) if !member => then.clone(),
+                    _ if !member => joined_as(face, &v.room_id, agent)
+                        .await
+                        .unwrap_or_else(|| agent.clone()),
                     _ => member_name(face, &v.room_id, agent),
                 };
                 opened.push((agent.clone(), name, i as usize));
@@ -365,6 +370,40 @@ async fn close_vote(face: &Face, id: String, reason: &str) {
     if let Err(e) = append(face, &v.room_id, SERVICE, state::VOTE_RESULT, data).await {
         tracing::warn!(vote = %id, error = %e, "cowchat: could not reveal a vote");
     }
+}
+
+/// Events read per page while looking for a former member's join.
+const JOIN_PAGE: usize = 256;
+
+/// The name `agent` last joined `room` under (the title of its latest `actor.add`), for a
+/// voter removed without a `voter_left` record naming it (removed over another face).
+async fn joined_as(face: &Face, room: &str, agent: &str) -> Option<String> {
+    let readers = face.d.ledger.readers().clone();
+    let (gid, who) = (room.to_string(), agent.to_string());
+    super::super::messages::blocking(move || {
+        let kinds = [convene_core::event::kinds::ACTOR_ADD.to_string()];
+        let mut before = 0;
+        loop {
+            let page = readers.events_before(&gid, before, JOIN_PAGE, &kinds)?;
+            for e in page.iter().rev() {
+                let Ok(ev) = serde_json::from_str::<Value>(&e.json) else {
+                    continue;
+                };
+                let d = &ev["data"];
+                if d["actor_id"].as_str() == Some(who.as_str()) {
+                    let title = d["title"].as_str().filter(|t| !t.is_empty());
+                    return Ok(title.map(str::to_string));
+                }
+            }
+            match page.first() {
+                Some(oldest) if page.len() == JOIN_PAGE => before = oldest.seq,
+                _ => return Ok(None),
+            }
+        }
+    })
+    .await
+    .ok()
+    .flatten()
 }
 
 fn is_member(face: &Face, room: &str, agent: &str) -> bool {
