@@ -434,3 +434,57 @@ def test_a_leader_removed_over_the_ipc_does_not_lead_when_it_rejoins(cow):
     cleared = b.push("leader_cleared")["payload"]
     assert cleared == {"room_id": room, "reason": "leader left", "leader_id": aid}
     assert error_code(a.req("decision", {"room_id": room, "content": "still mine"})) == "not_leader"
+
+
+def test_a_voter_removed_over_the_ipc_settles_the_vote_at_once(cow):
+    """No ballot, rejoin, import or restart needed: removing the last voter still to vote over
+    the CCCS IPC closes the vote (`all_voted`) as soon as the removal commits, and every member
+    is pushed the result."""
+    a, b, aid, bid, room = pair(cow)
+    v = a.ok("create_vote", {"room_id": room, "title": "Pick", "options": ["A", "B"]})
+    b.push("vote_created")
+    a.ok("cast_vote", {"vote_id": v["vote_id"], "option_index": 1})
+    r = cow.raw({"v": 1, "op": "actor_remove", "args": {"group_id": room, "actor_id": bid, "by": "user"}})
+    assert r["ok"] is True, r
+    res = a.push("vote_result")["payload"]
+    assert res["vote_id"] == v["vote_id"] and res["reason"] == "all_voted", res
+    assert [t["count"] for t in res["tally"]] == [0, 1] and res["eligible_voters"] == 1
+    left = [e for e in ledger(cow, room) if e["kind"] == "x.cowchat.vote.voter_left"]
+    assert [(e["by"], e["data"]["agent_id"]) for e in left] == [("svc:cowchat", bid)]
+
+
+def test_a_leader_removed_over_the_ipc_is_cleared_at_once(cow):
+    """The leader's removal over the CCCS IPC clears the leadership as soon as it commits
+    (`leader_cleared` pushed to the members), not when it rejoins or the daemon restarts."""
+    a, b, aid, bid, room = pair(cow, "council")
+    a.ok("elect_leader", {"room_id": room})
+    b.ok("decline_election", {"room_id": room})
+    assert b.push("leader_elected")["payload"]["leader_id"] == aid
+    r = cow.raw({"v": 1, "op": "actor_remove", "args": {"group_id": room, "actor_id": aid, "by": "user"}})
+    assert r["ok"] is True, r
+    cleared = b.push("leader_cleared")["payload"]
+    assert cleared == {"room_id": room, "reason": "leader left", "leader_id": aid}
+    # Rejoining brings nothing back, and the clear is recorded once.
+    a.ok("join_room", {"room_id": room})
+    assert error_code(a.req("decision", {"room_id": room, "content": "still mine"})) == "not_leader"
+    cleared = [e for e in ledger(cow, room) if e["kind"] == "x.cowchat.leader.cleared"]
+    assert [(e["data"]["leader_id"], e["data"]["reason"]) for e in cleared] == [(aid, "leader left")]
+
+
+def test_a_voter_removed_over_the_ipc_after_voting_is_named_in_the_result(cow):
+    """A voter that voted and was then removed over the CCCS IPC keeps its ballot and is named
+    at the reveal as it was called in the room (its actor title is gone with the removal, and
+    no `voter_left` record names it: the name comes from its join in the room's ledger)."""
+    a, b = CC(cow.cowchat_unix), CC(cow.cowchat_unix)
+    aid = a.register("Alice A", agent_id="alice")
+    bid = b.register("Bob B", agent_id="bob")
+    room = make_room(a, "council")
+    b.ok("join_room", {"room_id": room})
+    v = a.ok("create_vote", {"room_id": room, "title": "Pick", "options": ["A", "B"]})
+    b.ok("cast_vote", {"vote_id": v["vote_id"], "option_index": 1})
+    r = cow.raw({"v": 1, "op": "actor_remove", "args": {"group_id": room, "actor_id": bid, "by": "user"}})
+    assert r["ok"] is True, r
+    a.ok("cast_vote", {"vote_id": v["vote_id"], "option_index": 0})
+    result = a.push("vote_result")["payload"]
+    assert result["ballots"] == [{"agent_id": bid, "agent_name": "Bob B", "option_index": 1},
+                                 {"agent_id": aid, "agent_name": "Alice A", "option_index": 0}], result

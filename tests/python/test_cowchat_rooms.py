@@ -269,6 +269,112 @@ def test_ephemeral_room_goes_when_its_last_member_is_gone(home):
         d.stop()
 
 
+def room_kinds(d: Daemon, room: str) -> list[str]:
+    """The kinds of the room's ledger events, read through the CCCS IPC."""
+    from test_cowchat import raw_ipc
+    lines = raw_ipc(d, {"v": 1, "op": "events_stream", "args": {"group_id": room, "since_seq": 0, "follow": False}})
+    assert lines[0]["ok"] is True, lines[0]
+    return [l["event"]["kind"] for l in lines[1:] if l.get("t") == "event"]
+
+
+def test_an_ephemeral_room_left_empty_by_a_kill_9_before_its_deletion_goes_at_start(home, monkeypatch):
+    """The last member's removal and the room's deletion are two commits: a kill -9 between
+    them (held open here by a debug-build pause) left an empty ephemeral room for good. At
+    start-up an ephemeral room that had members and has none is destroyed; one nobody has
+    joined yet stays (the running daemon keeps it too, and restarting changes nothing)."""
+    monkeypatch.setenv("CONVENE_TEST_PAUSE_BEFORE_EPHEMERAL_DESTROY_MS", "60000")
+    d = start(home)
+    try:
+        a = CC(d.cowchat_unix)
+        reg(a, "alice")
+        eph = a.ok("create_room", {"name": "quick", "ephemeral": True, "public": True})["room_id"]
+        unjoined = a.ok("create_room", {"name": "later", "ephemeral": True, "public": True})["room_id"]
+        a.ok("join_room", {"room_id": eph})
+        a.send("leave_room", {"room_id": eph})  # answered only after the deletion
+        deadline = time.time() + 10
+        while "actor.remove" not in room_kinds(d, eph):
+            assert time.time() < deadline, "the leave never committed"
+            time.sleep(0.05)
+        d.kill9()
+        monkeypatch.delenv("CONVENE_TEST_PAUSE_BEFORE_EPHEMERAL_DESTROY_MS")
+        d = start(home)
+        b = CC(d.cowchat_unix)
+        reg(b, "bob")
+        rooms = {r["room_id"] for r in b.ok("list_rooms")["rooms"]}
+        assert eph not in rooms and unjoined in rooms, rooms
+        assert error_code(b.req("join_room", {"room_id": eph})) == "room_not_found"
+        b.ok("join_room", {"room_id": unjoined})
+    finally:
+        d.stop()
+
+
+def test_an_ephemeral_room_whose_last_member_is_removed_over_the_ipc_goes_at_once(cow):
+    w, a = CC(cow.cowchat_unix), CC(cow.cowchat_unix)
+    reg(w, "watcher")
+    reg(a, "alice")
+    eph = a.ok("create_room", {"name": "quick", "ephemeral": True, "public": True})["room_id"]
+    assert w.push("room_created")["payload"]["room_id"] == eph
+    a.ok("join_room", {"room_id": eph})
+    r = cow.raw({"v": 1, "op": "actor_remove", "args": {"group_id": eph, "actor_id": "alice", "by": "user"}})
+    assert r["ok"] is True, r
+    assert w.push("room_destroyed")["payload"]["room_id"] == eph
+    assert error_code(w.req("join_room", {"room_id": eph})) == "room_not_found"
+
+
+def test_a_turn_holder_removed_over_the_ipc_passes_the_token_at_once(cow):
+    """Rule 3 for a holder removed over the CCCS IPC: the token leaves it as soon as the
+    removal commits (it used to stay with the non-member until the next message or join)."""
+    a, b = CC(cow.cowchat_unix), CC(cow.cowchat_unix)
+    reg(a, "a")
+    reg(b, "b")
+    room = a.ok("create_room", {"name": "t", "public": True})["room_id"]
+    a.ok("join_room", {"room_id": room})
+    b.ok("join_room", {"room_id": room})
+    assert b.ok("room_info", {"room_id": room})["current_turn_holder"] == "a"
+    r = cow.raw({"v": 1, "op": "actor_remove", "args": {"group_id": room, "actor_id": "a", "by": "user"}})
+    assert r["ok"] is True, r
+    while True:
+        p = b.push("turn_changed")["payload"]
+        if p["reason"] == "left":
+            break
+    assert (p["current_turn_holder"], p["turn_order"]) == ("b", ["b"]), p
+    info = b.ok("room_info", {"room_id": room})
+    assert (info["current_turn_holder"], info["turn_order"]) == ("b", ["b"]), info
+
+
+def test_rooms_renamed_or_deleted_over_the_ipc_are_pushed_to_those_who_see_them(cow):
+    """`room_updated` / `room_destroyed` used to reach clients only for this face's own rename
+    and destroy. An operator's rename, settings change or delete over the CCCS IPC is now
+    pushed too, as the change commits, to the connections that can see the room (another
+    key's connection never hears of a private room); the face's own rename is pushed once."""
+    other = auth(cow.home, "add-key", "team-b")
+    a, w, x = CC(cow.cowchat_unix), CC(cow.cowchat_unix), CC(cow.cowchat_unix)
+    reg(a, "alice")
+    reg(w, "watcher")
+    assert reg(x, "outsider", key=other)["type"] == "ok"
+    pub = a.ok("create_room", {"name": "open", "public": True})["room_id"]
+    assert x.push("room_created")["payload"]["room_id"] == pub
+    priv = a.ok("create_room", {"name": "secret"})["room_id"]
+    a.ok("rename_room", {"room_id": pub, "name": "open-2"})
+    for c in (w, x):
+        assert c.push("room_updated")["payload"]["name"] == "open-2"
+    r = cow.raw({"v": 1, "op": "group_settings_update", "args": {"group_id": pub, "patch": {"cowchat_room": "open-3"}}})
+    assert r["ok"] is True, r
+    for c in (w, x):
+        p = c.push("room_updated")["payload"]
+        assert (p["room_id"], p["name"]) == (pub, "open-3"), p  # no second push of open-2
+    r = cow.raw({"v": 1, "op": "group_settings_update", "args": {"group_id": priv, "patch": {"cowchat_room": "secret-2"}}})
+    assert r["ok"] is True, r
+    assert w.push("room_updated")["payload"]["name"] == "secret-2"
+    for gid in (priv, pub):
+        assert cow.raw({"v": 1, "op": "group_delete", "args": {"group_id": gid}})["ok"] is True
+    assert [w.push("room_destroyed")["payload"]["room_id"] for _ in range(2)] == [priv, pub]
+    # The outsider's key cannot see the private room: it hears of the public one only.
+    assert x.push("room_destroyed")["payload"]["room_id"] == pub
+    assert not [f for f in x.pending if f["payload"].get("room_id") == priv]
+    assert error_code(w.req("room_info", {"room_id": pub})) == "room_not_found"
+
+
 def test_turn_token_follows_the_three_rules(cow):
     a, b, c = CC(cow.cowchat_unix), CC(cow.cowchat_unix), CC(cow.cowchat_unix)
     for x, n in ((a, "a"), (b, "b"), (c, "c")):
@@ -558,5 +664,59 @@ def test_the_lobby_comes_back_after_an_operator_deleted_it_and_its_name_stays_re
         reg(c, "carol")
         joined = c.ok("join_room", {"name": "lobby"})
         assert joined["public"] is True and joined["room_id"] != lobby, joined
+    finally:
+        d.stop()
+
+
+def test_sub_rooms_that_stored_their_parents_name_are_migrated_to_its_id_at_start(home):
+    """Before sub-rooms stored their parent's id, a parent given by name was stored as that
+    name, and `list_rooms parent_id=<id>` / `room_info`'s `sub_rooms` never found them. The
+    old shape is rebuilt here over the CCCS IPC (the `cowchat` settings as an old daemon wrote
+    them); at start-up a stored name that names exactly one room the sub-room's key can see
+    becomes that room's id. A name naming several such rooms, or none, is left as stored."""
+    d = start(home)
+    try:
+        a = CC(d.cowchat_unix)
+        reg(a, "alice")
+        alpha = a.ok("create_room", {"name": "alpha", "public": True})["room_id"]
+        twin1 = a.ok("create_room", {"name": "twin"})["room_id"]
+        twin2 = a.ok("create_room", {"name": "twin-2"})["room_id"]
+        subs = {n: a.ok("create_room", {"name": n, "parent_id": p})["room_id"]
+                for n, p in (("alpha-tests", alpha), ("twin-tests", twin1), ("orphan", alpha))}
+
+        def old_shape(rid: str, parent: str) -> None:
+            g = d.raw({"v": 1, "op": "group_show", "args": {"group_id": rid}})
+            attrs = {**g["result"]["group"]["settings"]["cowchat"], "parent_id": parent}
+            r = d.raw({"v": 1, "op": "group_settings_update", "args": {"group_id": rid, "patch": {"cowchat": attrs}}})
+            assert r["ok"] is True, r
+
+        old_shape(subs["alpha-tests"], "alpha")
+        old_shape(subs["twin-tests"], "twin")
+        old_shape(subs["orphan"], "gone-parent")
+        # Two rooms of one key named alike (another face can do that): the name is ambiguous.
+        r = d.raw({"v": 1, "op": "group_settings_update", "args": {"group_id": twin2, "patch": {"cowchat_room": "twin"}}})
+        assert r["ok"] is True, r
+        assert a.ok("list_rooms", {"parent_id": alpha})["rooms"] == []
+        d.kill9()
+        d = start(home)
+        b = CC(d.cowchat_unix)
+        reg(b, "alice")
+        listed = b.ok("list_rooms", {"parent_id": alpha})["rooms"]
+        assert [(r["room_id"], r["parent_id"]) for r in listed] == [(subs["alpha-tests"], alpha)]
+        info = b.ok("room_info", {"room_id": alpha})
+        assert [s["room_id"] for s in info["sub_rooms"]] == [subs["alpha-tests"]]
+        parents = {r["room_id"]: r["parent_id"] for r in b.ok("list_rooms")["rooms"]}
+        assert parents[subs["twin-tests"]] == "twin" and parents[subs["orphan"]] == "gone-parent"
+        # The migration is one settings update, recorded once: a second start changes nothing.
+        d.stop()
+        d = start(home)
+        g = d.raw({"v": 1, "op": "group_show", "args": {"group_id": subs["alpha-tests"]}})
+        assert g["result"]["group"]["settings"]["cowchat"]["parent_id"] == alpha
+        from test_cowchat import raw_ipc
+        lines = raw_ipc(d, {"v": 1, "op": "events_stream", "args": {"group_id": subs["alpha-tests"], "since_seq": 0, "follow": False}})
+        updates = [(l["event"]["by"], l["event"]["data"]["patch"]["cowchat"]["parent_id"]) for l in lines[1:]
+                   if l.get("t") == "event" and l["event"]["kind"] == "group.settings_update"]
+        # Created, made old-shaped, migrated once.
+        assert updates == [("svc:cowchat", alpha), ("user", "alpha"), ("svc:cowchat", alpha)], updates
     finally:
         d.stop()

@@ -495,6 +495,34 @@ def test_destroying_the_room_removes_its_subscriptions(hooked, rx):
         time.sleep(0.05)
 
 
+def test_a_failed_subscription_goes_with_its_room_destroyed_on_any_face(home, rx):
+    """A failed subscription has no delivery task to notice its room is gone: it used to stay
+    listed (and counted against the key's limit) after the room was destroyed, until someone
+    re-enabled it. It now goes with the room: destroyed by its creator or deleted over the
+    CCCS IPC while the daemon runs, or found gone at start-up."""
+    d = start(home, flags())
+    try:
+        c, room = setup_room(home)
+        other = c.ok("create_room", {"name": "other"})["room_id"]
+        c.join(other)
+        rx.fail = -1
+        for r in (room, other):
+            subscribe(c, r, rx.url())
+            c.post(r, "m")
+        deadline = time.time() + 30
+        while {s["status"] for s in c.ok("list_subscriptions")["subscriptions"]} != {"failed"}:
+            assert time.time() < deadline
+            time.sleep(0.02)
+        c.ok("destroy_room", {"room_id": room})
+        assert d.raw({"v": 1, "op": "group_delete", "args": {"group_id": other}})["ok"] is True
+        deadline = time.time() + 10
+        while c.ok("list_subscriptions")["subscriptions"]:
+            assert time.time() < deadline, "a failed subscription outlived its room"
+            time.sleep(0.05)
+    finally:
+        d.stop()
+
+
 @pytest.mark.parametrize("cap,per_host,expected", [
     (["--cowchat-webhook-concurrency", "2"], [], 2),  # the global cap binds
     ([], ["--cowchat-webhook-per-host", "3"], 3),  # the per-host cap binds

@@ -14,7 +14,7 @@ use convene_store::{Readers, Writer, WriterView};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use parking_lot::{Mutex, RwLock};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::hub::{FeedEvent, Hub};
 
@@ -83,6 +83,8 @@ pub struct Ledger {
     /// Automatic deliveries a previous process owed and never claimed (group, message,
     /// actor), found at open, taken once by the runtime.
     recovery: Arc<Mutex<Vec<(String, String, String)>>>,
+    /// The engine revision after the last committed batch (see [`Ledger::revisions`]).
+    revisions: watch::Receiver<u64>,
 }
 
 /// What a committing party needs: the write connection, and where committed events go.
@@ -91,6 +93,8 @@ struct Core {
     engine: Arc<RwLock<Engine>>,
     hub: Arc<Hub>,
     committed: mpsc::UnboundedSender<Arc<Vec<Event>>>,
+    /// Told the engine revision after each batch that moved it.
+    revision: watch::Sender<u64>,
 }
 
 /// Receives every committed batch's events (for runtime delivery).
@@ -123,6 +127,7 @@ impl Ledger {
         for g in engine.groups() {
             hub.feed(&g.group_id, g.last_seq);
         }
+        let (revision, revisions) = watch::channel(engine.revision());
         let engine = Arc::new(RwLock::new(engine));
         let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
         let (ctx, crx) = mpsc::unbounded_channel();
@@ -131,6 +136,7 @@ impl Ledger {
             engine: engine.clone(),
             hub: hub.clone(),
             committed: ctx,
+            revision,
         }));
         let pending = Arc::new(AtomicUsize::new(0));
         let ledger = Self {
@@ -141,6 +147,7 @@ impl Ledger {
             core: core.clone(),
             pending: pending.clone(),
             recovery: Arc::new(Mutex::new(recovery)),
+            revisions,
         };
         std::thread::Builder::new()
             .name("convene-writer".into())
@@ -247,6 +254,14 @@ impl Ledger {
     /// The subscriber hub.
     pub fn hub(&self) -> &Arc<Hub> {
         &self.hub
+    }
+
+    /// Changes to the engine revision (a group created, changed or deleted, from any face),
+    /// published after the batch that moved it is durable and visible through
+    /// [`engine`](Self::engine): a face that derives state from groups follows this with
+    /// [`Engine::changed_since`] instead of finding out on its next use.
+    pub fn revisions(&self) -> watch::Receiver<u64> {
+        self.revisions.clone()
     }
 }
 
@@ -384,8 +399,13 @@ const WRITER_CHECKPOINT_WAIT: std::time::Duration = std::time::Duration::from_mi
 impl Core {
     /// Executes one batch in one transaction, publishes what committed, answers every job.
     fn process(&mut self, batch: Vec<Job>) {
-        let (writer, engine, hub, committed) =
-            (&mut self.writer, &self.engine, &self.hub, &self.committed);
+        let (writer, engine, hub, committed, revision) = (
+            &mut self.writer,
+            &self.engine,
+            &self.hub,
+            &self.committed,
+            &self.revision,
+        );
         let mut cmds = Vec::with_capacity(batch.len());
         let mut replies = Vec::with_capacity(batch.len());
         for job in batch {
@@ -412,6 +432,8 @@ impl Core {
                     }
                     Err(le) => tracing::error!(error = %le, "reload failed"),
                 }
+                let now = eng.revision();
+                revision.send_if_modified(|r| std::mem::replace(r, now) != now);
                 drop(eng);
                 for r in replies {
                     r.fail(&e);
@@ -466,6 +488,7 @@ impl Core {
             }
             feeds.push(mine);
         }
+        let rev = eng.revision();
         drop(eng);
         for (g, evs) in per_group {
             hub.publish(&g, evs);
@@ -476,6 +499,7 @@ impl Core {
         if !all.is_empty() {
             let _ = committed.send(Arc::new(all));
         }
+        revision.send_if_modified(|r| std::mem::replace(r, rev) != rev);
         let mut feeds = feeds.into_iter();
         let mut done = done.into_iter().map(|res| {
             res.map(|(out, jsons)| Committed {

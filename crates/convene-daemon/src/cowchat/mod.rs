@@ -8,10 +8,12 @@ mod agents;
 mod attrs;
 mod conn;
 mod coord;
+mod follow;
 mod keys;
 pub mod limits;
 mod live;
 mod messages;
+mod migrate;
 mod names;
 mod push;
 mod replay;
@@ -82,6 +84,10 @@ pub struct Face {
     attrs: attrs::Cache,
     /// Room name → room, and rooms per owning key.
     names: names::Directory,
+    /// Members this face is removing right now (the change follower leaves them to it).
+    departing: follow::Departures,
+    /// What clients were last shown of each room (the change follower pushes the difference).
+    shown: follow::Shown,
 }
 
 impl Face {
@@ -97,10 +103,18 @@ impl Face {
             hooks: std::sync::OnceLock::new(),
             attrs: attrs::Cache::default(),
             names: names::Directory::default(),
+            departing: follow::Departures::default(),
+            shown: follow::Shown::default(),
         });
         rooms::ensure_lobby(&face).await;
-        coord::start(&face).await;
+        migrate::parent_names_to_ids(&face).await;
+        // Before anything start-up appends to the rooms (a reveal or election result that
+        // came due while the daemon was down, a stale leader's clearing): a member without a
+        // saved replay point resumes from the head as it was at the stop, so reconnecting it
+        // is pushed those too, however soon the timers armed below fire.
         live::adopt_members_at_start(&face);
+        coord::start(&face).await;
+        follow::start(&face).await;
         live::spawn_reaper(face.clone());
         keys::spawn_revoker(face.clone());
         face

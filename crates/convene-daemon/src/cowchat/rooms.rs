@@ -144,8 +144,16 @@ pub(super) fn room_value(face: &Face, eng: &Engine, g: &Group) -> Value {
 }
 
 /// Outboxes of every connection that may see the room.
-fn visible_outboxes(face: &Face, eng: &Engine, g: &Group) -> Vec<Arc<super::conn::Outbox>> {
-    let a = attrs(face, eng, g);
+pub(super) fn visible_outboxes(
+    face: &Face,
+    eng: &Engine,
+    g: &Group,
+) -> Vec<Arc<super::conn::Outbox>> {
+    outboxes_seeing(face, &attrs(face, eng, g))
+}
+
+/// Outboxes of every connection that may see a room with these attributes.
+pub(super) fn outboxes_seeing(face: &Face, a: &Attrs) -> Vec<Arc<super::conn::Outbox>> {
     let live = face.live.lock();
     live.conns
         .values()
@@ -276,6 +284,7 @@ pub(super) async fn create_room(
     let (v, outs) = {
         let eng = face.d.ledger.engine();
         let g = room(&eng, &gid)?;
+        face.shown.record(&face, &eng, g);
         (room_value(&face, &eng, g), visible_outboxes(&face, &eng, g))
     };
     let others: Vec<_> = outs
@@ -377,6 +386,8 @@ pub(super) async fn remove_member(
     // Taken before the removal: afterwards the order no longer says who came after `agent`,
     // and its name (the actor title) is gone.
     let before = live::join_order(face, gid);
+    // Until this departure is fully handled, the change follower leaves it to this function.
+    let _departing = super::follow::Departing::new(face, gid, agent);
     let name = {
         let eng = face.d.ledger.engine();
         eng.group(gid)
@@ -402,10 +413,55 @@ pub(super) async fn remove_member(
             .is_some_and(|g| attrs(face, &eng, g).ephemeral && g.collaborators().next().is_none())
     };
     if empty_ephemeral {
+        test_pause(PAUSE_BEFORE_EPHEMERAL_DESTROY).await;
         let _one_at_a_time = face.rooms_lock.lock().await;
         return destroy(face, gid).await;
     }
     Ok(None)
+}
+
+/// Debug builds only: milliseconds to wait between an ephemeral room's last member leaving and
+/// the room's deletion, so a test can kill -9 the daemon between the two commits.
+const PAUSE_BEFORE_EPHEMERAL_DESTROY: &str = "CONVENE_TEST_PAUSE_BEFORE_EPHEMERAL_DESTROY_MS";
+
+/// Waits the milliseconds the environment variable `var` gives, in debug builds (a test's
+/// window for a kill -9 between two commits); nothing in release builds.
+async fn test_pause(var: &str) {
+    if !cfg!(debug_assertions) {
+        return;
+    }
+    if let Some(ms) = std::env::var(var).ok().and_then(|v| v.parse::<u64>().ok()) {
+        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+    }
+}
+
+/// Destroys an ephemeral room nobody is in (any more), pushing `room_destroyed` to everyone
+/// who could see it: the change follower's rule for a room whose last member was removed
+/// over another face or by a removal whose destruction a kill -9 cut off.
+pub(super) async fn destroy_if_empty_ephemeral(face: &Face, gid: &str) {
+    let _one_at_a_time = face.rooms_lock.lock().await;
+    let empty = {
+        let eng = face.d.ledger.engine();
+        eng.group(gid).is_some_and(|g| {
+            is_room(g) && attrs(face, &eng, g).ephemeral && g.collaborators().next().is_none()
+        })
+    };
+    if !empty {
+        return;
+    }
+    match destroy(face, gid).await {
+        Ok(Some(push)) => {
+            tracing::info!(
+                room = gid,
+                "cowchat: destroyed an ephemeral room left empty"
+            );
+            push.apply(face);
+        }
+        Ok(None) => {}
+        Err(e) => {
+            tracing::warn!(room = gid, error = %e, "cowchat: could not destroy an empty ephemeral room")
+        }
+    }
 }
 
 /// Deletes the room's group; returns the `room_destroyed` push for everyone who could see it.
@@ -425,6 +481,7 @@ async fn destroy(face: &Face, gid: &str) -> Result<Option<After>, WireError> {
         })
         .await
         .map_err(wire)?;
+    face.shown.forget(gid);
     {
         let mut live = face.live.lock();
         live.turns.remove(gid);
@@ -505,6 +562,7 @@ pub(super) async fn rename_room(
     let (v, outs) = {
         let eng = face.d.ledger.engine();
         let g = room(&eng, &gid)?;
+        face.shown.record(&face, &eng, g);
         (room_value(&face, &eng, g), visible_outboxes(&face, &eng, g))
     };
     s.after.push(After::Push(outs, "room_updated", v.clone()));

@@ -13,7 +13,7 @@ pub(super) mod elections;
 mod seal;
 pub(crate) mod state;
 pub(super) mod tasks;
-pub(super) mod votes;
+pub(in super::super) mod votes;
 
 use std::collections::HashSet;
 use std::sync::Arc;

@@ -249,25 +249,61 @@ pub(in super::super) async fn reconcile_departed(face: &Face, room: Option<&str>
     reconcile_locked(face, room).await;
 }
 
+/// As the group changes (the face's change follower, `follow.rs`): records the voters of the
+/// room's open votes that are no longer members, then closes the votes that now wait for
+/// nobody. Takes the coordination lock only when there is such a voter.
+pub(in super::super) async fn settle_departed(face: &Face, room: &str) {
+    if departed(face, Some(room)).is_empty() {
+        return;
+    }
+    let settled = {
+        let _one = face.coord.write.lock().await;
+        reconcile_locked(face, Some(room)).await
+    };
+    for id in settled {
+        close_vote(face, id, "all_voted").await;
+    }
+}
+
+/// (room, vote, agent) of each eligible voter of an open vote that had not voted and is no
+/// longer a member of the vote's room, leaving out the members this face is removing right
+/// now (their removal records them itself, with their name).
+fn departed(face: &Face, room: Option<&str>) -> Vec<(String, String, String)> {
+    let st = face.coord.state.lock();
+    let eng = face.d.ledger.engine();
+    // One room's votes through its index: the change follower asks on every group change.
+    let votes: Vec<&Vote> = match room {
+        Some(r) => st
+            .room_votes
+            .get(r)
+            .into_iter()
+            .flatten()
+            .filter_map(|id| st.votes.get(id))
+            .collect(),
+        None => st.votes.values().collect(),
+    };
+    votes
+        .into_iter()
+        .filter(|v| v.is_open())
+        .flat_map(|v| {
+            let g = eng.group(&v.room_id);
+            v.eligible
+                .iter()
+                .filter(|e| {
+                    !v.has_voted(e)
+                        && g.is_some_and(|g| g.actor(e).is_none())
+                        && !face.departing.contains(&v.room_id, e)
+                })
+                .map(|e| (v.room_id.clone(), v.vote_id.clone(), e.clone()))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
 /// [`reconcile_departed`] for a caller holding the coordination write lock. Returns the open
 /// votes now waiting for nobody (every voter still eligible voted), to be closed.
 pub(in super::super) async fn reconcile_locked(face: &Face, room: Option<&str>) -> Vec<String> {
-    let gone: Vec<(String, String, String)> = {
-        let st = face.coord.state.lock();
-        let eng = face.d.ledger.engine();
-        st.votes
-            .values()
-            .filter(|v| v.is_open() && room.is_none_or(|r| r == v.room_id))
-            .flat_map(|v| {
-                let g = eng.group(&v.room_id);
-                v.eligible
-                    .iter()
-                    .filter(|e| !v.has_voted(e) && g.is_some_and(|g| g.actor(e).is_none()))
-                    .map(|e| (v.room_id.clone(), v.vote_id.clone(), e.clone()))
-                    .collect::<Vec<_>>()
-            })
-            .collect()
-    };
+    let gone = departed(face, room);
     let mut settled: Vec<String> = Vec::new();
     for (room, id, agent) in gone {
         let data = json!({"vote_id": id, "agent_id": agent, "agent_name": agent});
@@ -315,9 +351,14 @@ async fn close_vote(face: &Face, id: String, reason: &str) {
     for (agent, blob) in &v.ballots {
         match sealer.open(&v.vote_id, agent, blob) {
             Ok(i) if (i as usize) < v.options.len() => {
-                // A member now is named as it is now; a voter that left, as it was then.
+                // A member now is named as it is now; a voter that left, as it was then (as
+                // recorded when it left, or, removed over another face, as it joined).
+                let member = is_member(face, &v.room_id, agent);
                 let name = match v.left_names.get(agent) {
-                    Some(then) if !is_member(face, &v.room_id, agent) => then.clone(),
+                    Some(then) if !member => then.clone(),
+                    _ if !member => joined_as(face, &v.room_id, agent)
+                        .await
+                        .unwrap_or_else(|| agent.clone()),
                     _ => member_name(face, &v.room_id, agent),
                 };
                 opened.push((agent.clone(), name, i as usize));
@@ -329,6 +370,40 @@ async fn close_vote(face: &Face, id: String, reason: &str) {
     if let Err(e) = append(face, &v.room_id, SERVICE, state::VOTE_RESULT, data).await {
         tracing::warn!(vote = %id, error = %e, "cowchat: could not reveal a vote");
     }
+}
+
+/// Events read per page while looking for a former member's join.
+const JOIN_PAGE: usize = 256;
+
+/// The name `agent` last joined `room` under (the title of its latest `actor.add`), for a
+/// voter removed without a `voter_left` record naming it (removed over another face).
+async fn joined_as(face: &Face, room: &str, agent: &str) -> Option<String> {
+    let readers = face.d.ledger.readers().clone();
+    let (gid, who) = (room.to_string(), agent.to_string());
+    super::super::messages::blocking(move || {
+        let kinds = [convene_core::event::kinds::ACTOR_ADD.to_string()];
+        let mut before = 0;
+        loop {
+            let page = readers.events_before(&gid, before, JOIN_PAGE, &kinds)?;
+            for e in page.iter().rev() {
+                let Ok(ev) = serde_json::from_str::<Value>(&e.json) else {
+                    continue;
+                };
+                let d = &ev["data"];
+                if d["actor_id"].as_str() == Some(who.as_str()) {
+                    let title = d["title"].as_str().filter(|t| !t.is_empty());
+                    return Ok(title.map(str::to_string));
+                }
+            }
+            match page.first() {
+                Some(oldest) if page.len() == JOIN_PAGE => before = oldest.seq,
+                _ => return Ok(None),
+            }
+        }
+    })
+    .await
+    .ok()
+    .flatten()
 }
 
 fn is_member(face: &Face, room: &str, agent: &str) -> bool {

@@ -154,6 +154,23 @@ impl Hooks {
         }
     }
 
+    /// Deletes (and stops) every subscription of a room that no longer exists, whatever its
+    /// status: a failed or revoked subscription has no task to notice the room is gone.
+    pub(in crate::cowchat) async fn forget_room(&self, room: &str) {
+        let r = room.to_string();
+        match self.db(move |st| st.delete_room(&r)).await {
+            Ok(ids) => {
+                for id in ids {
+                    tracing::info!(subscription = %id, room, "room destroyed: webhook subscription removed");
+                    self.stop(&id);
+                }
+            }
+            Err(e) => {
+                tracing::warn!(room, error = %e, "cannot remove a destroyed room's webhook subscriptions")
+            }
+        }
+    }
+
     /// Revokes (and stops) the subscriptions made with a key that no longer authenticates as
     /// their principal; `valid` is every key's (fingerprint, principal) now.
     pub(in crate::cowchat) async fn revoke_stale(
@@ -190,6 +207,15 @@ pub fn start(d: Arc<Daemon>, home: &Path, opts: Options) -> Result<Arc<Hooks>, H
     let store = Arc::new(Store::open(&home.join("cowchat").join("webhooks.db"))?);
     // Keys removed or rotated while the daemon was down: nothing of theirs resumes.
     store.revoke_stale(&super::keys::fingerprints(home))?;
+    // Rooms destroyed while a subscription of theirs was failed or revoked, or just before
+    // a kill -9: their subscriptions go with them.
+    for room in store.rooms()? {
+        if d.ledger.engine().group(&room).is_none() {
+            for id in store.delete_room(&room)? {
+                tracing::info!(subscription = %id, room, "room destroyed: webhook subscription removed");
+            }
+        }
+    }
     let active = store.active()?;
     let hooks = Arc::new(Hooks {
         d,

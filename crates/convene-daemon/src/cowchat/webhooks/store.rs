@@ -270,6 +270,25 @@ impl Store {
         Ok(n.max(0) as usize)
     }
 
+    /// The rooms that have subscriptions (any status).
+    pub fn rooms(&self) -> Result<Vec<String>, StoreError> {
+        let c = self.c.lock();
+        let mut q = c.prepare("SELECT DISTINCT room_id FROM subscriptions")?;
+        let rows = q.query_map([], |r| r.get::<_, String>(0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Deletes every subscription of a room (any principal, any status); returns their ids.
+    pub fn delete_room(&self, room: &str) -> Result<Vec<String>, StoreError> {
+        let c = self.c.lock();
+        let ids: Vec<String> = c
+            .prepare("SELECT subscription_id FROM subscriptions WHERE room_id = ?1")?
+            .query_map([room], |r| r.get::<_, String>(0))?
+            .collect::<Result<_, _>>()?;
+        c.execute("DELETE FROM subscriptions WHERE room_id = ?1", [room])?;
+        Ok(ids)
+    }
+
     /// Deletes a principal's subscription; false when it has none by that id.
     pub fn delete(&self, principal: &str, id: &str) -> Result<bool, StoreError> {
         let n = self.c.lock().execute(
