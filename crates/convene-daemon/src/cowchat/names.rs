@@ -326,19 +326,7 @@ mod tests {
     }
 
     fn create(eng: &mut Engine, name: &str, owner: &str) -> String {
-        let mut settings = Map::new();
-        settings.insert(ROOM_KEY.into(), json!(name));
-        settings.insert(super::super::ATTRS_KEY.into(), json!({"owner": owner}));
-        run(
-            eng,
-            Command::GroupCreate {
-                by: "svc:cowchat".into(),
-                title: name.into(),
-                topic: String::new(),
-                settings,
-            },
-        )
-        .expect("create")
+        create_with(eng, name, json!({"owner": owner}))
     }
 
     fn rename(eng: &mut Engine, id: &str, name: &str) {
