@@ -427,6 +427,31 @@ def test_ccs_3_4_a_request_line_that_is_not_utf8_gets_the_error_object_and_the_c
     assert got[1]["ok"] is True, got
 
 
+def test_ccs_8_2_connections_beyond_the_bound_are_refused_and_served_again_once_one_closes(served):
+    held = []
+    try:
+        for _ in range(128):  # server::MAX_CONCURRENT_CONNS
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(str(served))
+            held.append(s)
+        # Every held connection is being served (so the count is exact before the next one).
+        for s in held:
+            s.sendall(b'{"op":"public"}\n')
+            assert json.loads(s.makefile("rb").readline())["ok"] is True
+        over = ask(served, b'{"op":"public"}\n')[0]
+        assert over["ok"] is False and over["error"]["error_code"] == "BUSY", over
+        held.pop().close()
+        for _ in range(100):
+            got = ask(served, b'{"op":"public"}\n')[0]
+            if got["ok"]:
+                break
+            time.sleep(0.02)
+        assert got["ok"] is True, got
+    finally:
+        for s in held:
+            s.close()
+
+
 def test_ccs_3_2_5_oversize_request_line_is_overflow_and_its_tail_is_not_served(served):
     tail = json.dumps({"op": "issue", "intake": intake("search_web", {"q": "smuggled"}, "tail")}) + "\n"
     head = json.dumps({"op": "issue", "intake": intake("search_web", {"q": "x" * (300 * 1024)}, "big")})

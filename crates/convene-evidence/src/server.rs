@@ -91,8 +91,15 @@ fn refusal(code: &str, message: &str, trace_id: Option<&str>) -> Value {
         "retry_after": null, "trace_id": trace_id}})
 }
 
+/// Connections `verifier serve` handles at once (a thread each); one more is answered with a
+/// refusal and closed, so a client that opens connections without end cannot exhaust the
+/// key-holding process.
+pub const MAX_CONCURRENT_CONNS: usize = 128;
+
 fn serve_conn(v: &LiveVerifier, stream: UnixStream) -> std::io::Result<()> {
     stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    // A client that stops reading its answers does not pin this thread for good.
+    stream.set_write_timeout(Some(Duration::from_secs(30)))?;
     let mut w = stream.try_clone()?;
     let mut reader = BufReader::new(stream);
     loop {
@@ -172,11 +179,27 @@ pub fn serve(
         std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600))?;
     }
     let mut served = 0usize;
+    let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     for conn in listener.incoming() {
-        let Ok(stream) = conn else { continue };
+        let Ok(mut stream) = conn else { continue };
+        if open.load(std::sync::atomic::Ordering::Acquire) >= MAX_CONCURRENT_CONNS {
+            let mut s = refusal(
+                "BUSY",
+                "too many connections to the verifier; retry later",
+                None,
+            )
+            .to_string();
+            s.push('\n');
+            let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+            let _ = std::io::Write::write_all(&mut stream, s.as_bytes());
+            continue;
+        }
+        open.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         let v = v.clone();
+        let open = open.clone();
         std::thread::spawn(move || {
             let _ = serve_conn(&v, stream);
+            open.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
         });
         served += 1;
         if max_conns.is_some_and(|m| served >= m) {
