@@ -286,12 +286,9 @@ fn due_to_recover(
         return Ok(due);
     }
     let (keep, drop): (Vec<_>, Vec<_>) = due.into_iter().partition(|(g, _, a)| {
-        engine.group(g).is_some_and(|g| {
-            g.state != "stopped"
-                && g.actor(a).is_some_and(|x| {
-                    x.enabled && convene_core::engine::transport_for(&x.runtime).is_some()
-                })
-        })
+        engine
+            .group(g)
+            .is_some_and(|g| convene_core::engine::drives(g, a))
     });
     if !drop.is_empty() {
         writer.drop_due(&drop)?;

@@ -414,30 +414,38 @@ fn trust_from(
     Ok((ts, Some(k)))
 }
 
-/// `--ttl SECS`, if given: a positive, finite number (a NaN lifetime would pass every
-/// freshness and rotation-overlap comparison).
-fn ttl_flag(a: &Args) -> Result<Option<f64>, Fail> {
-    a.get("ttl")
+/// `--NAME SECS`, if given: a number that `ok` accepts, else a usage error saying `what`.
+/// (NaN compares false with everything, so an unchecked one passes every time comparison.)
+fn seconds_flag(
+    a: &Args,
+    name: &str,
+    ok: fn(f64) -> bool,
+    what: &str,
+) -> Result<Option<f64>, Fail> {
+    a.get(name)
         .map(|t| {
             t.parse::<f64>()
                 .ok()
-                .filter(|t| t.is_finite() && *t > 0.0)
-                .ok_or_else(|| Fail::Usage("bad --ttl (a positive number of seconds)".into()))
+                .filter(|t| ok(*t))
+                .ok_or_else(|| Fail::Usage(format!("bad --{name} ({what})")))
         })
         .transpose()
 }
 
-/// `--now T` (seconds since the epoch), if given. A clock that is not a finite number would
-/// pass every freshness comparison (NaN), so it is a usage error.
+/// `--ttl SECS`, if given: a positive, finite number (a NaN lifetime would pass every
+/// freshness and rotation-overlap comparison).
+fn ttl_flag(a: &Args) -> Result<Option<f64>, Fail> {
+    seconds_flag(
+        a,
+        "ttl",
+        |t| t.is_finite() && t > 0.0,
+        "a positive number of seconds",
+    )
+}
+
+/// `--now T` (seconds since the epoch), if given: a finite number.
 fn now_flag(a: &Args) -> Result<Option<f64>, Fail> {
-    a.get("now")
-        .map(|t| {
-            t.parse::<f64>()
-                .ok()
-                .filter(|t| t.is_finite())
-                .ok_or_else(|| Fail::Usage("bad --now (seconds since the epoch)".into()))
-        })
-        .transpose()
+    seconds_flag(a, "now", f64::is_finite, "seconds since the epoch")
 }
 
 fn verify(a: &Args) -> Result<i32, Fail> {

@@ -35,19 +35,21 @@ pub fn transport_for(runtime: &str) -> Option<&'static str> {
     }
 }
 
+/// Whether `actor_id` gets automatic deliveries in `group`: the group is not stopped and the
+/// actor is there, enabled, with a driven runtime.
+pub fn drives(group: &crate::model::Group, actor_id: &str) -> bool {
+    group.state != "stopped"
+        && group
+            .actor(actor_id)
+            .is_some_and(|x| x.enabled && transport_for(&x.runtime).is_some())
+}
+
 /// The recipients an appended message is delivered to automatically: prompt-delivery
-/// targets with a driven runtime, in a group that is not stopped.
+/// targets that [`drives`] holds for.
 pub fn automatic_targets(group: &crate::model::Group, ev: &Event) -> Vec<String> {
-    if group.state == "stopped" {
-        return Vec::new();
-    }
     delivery_targets(group, ev)
         .into_iter()
-        .filter(|a| {
-            group
-                .actor(a)
-                .is_some_and(|x| transport_for(&x.runtime).is_some())
-        })
+        .filter(|a| drives(group, a))
         .collect()
 }
 

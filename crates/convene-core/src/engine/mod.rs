@@ -21,7 +21,8 @@ use crate::model::Group;
 use crate::view::{Change, LedgerView};
 
 pub use chat::{
-    automatic_targets, delivery_targets, im_eligible, insight_len, transport_for, MAX_INSIGHT_CHARS,
+    automatic_targets, delivery_targets, drives, im_eligible, insight_len, transport_for,
+    MAX_INSIGHT_CHARS,
 };
 pub use delivery::{delivery_generation, delivery_id};
 pub use import::IMPORT_SETTLED;

@@ -325,6 +325,20 @@ mod tests {
             .unwrap_or_default())
     }
 
+    /// A group made over the CCCS IPC: not a room.
+    fn create_ipc_group(eng: &mut Engine) -> String {
+        run(
+            eng,
+            Command::GroupCreate {
+                by: "user".into(),
+                title: "ipc".into(),
+                topic: String::new(),
+                settings: Map::new(),
+            },
+        )
+        .expect("group")
+    }
+
     fn create(eng: &mut Engine, name: &str, owner: &str) -> String {
         create_with(eng, name, json!({"owner": owner}))
     }
@@ -459,16 +473,7 @@ mod tests {
             json!({"owner": "k1", "public": true, "parent_id": pub2}),
         );
         // A group that is not a room, and a room made before attributes existed (public).
-        run(
-            &mut eng,
-            Command::GroupCreate {
-                by: "user".into(),
-                title: "ipc".into(),
-                topic: String::new(),
-                settings: Map::new(),
-            },
-        )
-        .expect("group");
+        create_ipc_group(&mut eng);
         let mut settings = Map::new();
         settings.insert(ROOM_KEY.into(), json!("old"));
         run(
@@ -564,16 +569,7 @@ mod tests {
         let r1 = create(&mut eng, "r1", "k1");
         let r2 = create(&mut eng, "r2", "k2");
         // A group that is not a room: its actors count too (the agent-id claim check).
-        let ipc = run(
-            &mut eng,
-            Command::GroupCreate {
-                by: "user".into(),
-                title: "ipc".into(),
-                topic: String::new(),
-                settings: Map::new(),
-            },
-        )
-        .expect("group");
+        let ipc = create_ipc_group(&mut eng);
         check(&eng, &dir);
         add_actor(&mut eng, &r1, "alice");
         check(&eng, &dir);
