@@ -380,7 +380,12 @@ def ask(sock: Path, raw: bytes, lines: int = 1, timeout: float = 5) -> list[dict
     with socket.socket(socket.AF_UNIX) as s:
         s.settimeout(timeout)
         s.connect(str(sock))
-        s.sendall(raw)
+        try:
+            s.sendall(raw)
+        except (BrokenPipeError, ConnectionResetError):
+            # A refused connection (BUSY) may be closed before our request is written; its
+            # answer is still there to read.
+            pass
         f = s.makefile("rb")
         out = []
         for _ in range(lines):

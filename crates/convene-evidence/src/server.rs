@@ -254,7 +254,13 @@ impl RemoteVerifier {
         let mut w = stream.try_clone()?;
         let mut s = req.to_string();
         s.push('\n');
-        w.write_all(s.as_bytes()).map_err(map_io)?;
+        if let Err(e) = w.write_all(s.as_bytes()) {
+            // A verifier that refuses the connection (BUSY) answers and closes before reading
+            // the request; its answer is the better error, so read it if it is there.
+            if e.kind() != std::io::ErrorKind::BrokenPipe {
+                return Err(map_io(e));
+            }
+        }
         let mut line = String::new();
         let n = BufReader::new(stream)
             .read_line(&mut line)

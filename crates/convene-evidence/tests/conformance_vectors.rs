@@ -699,3 +699,29 @@ fn enforcement_allows_confirmed_after_finalize() {
         .unwrap();
     assert_eq!(a.action, EnforcementAction::Proceed);
 }
+
+#[test]
+fn ccs_8_2_a_busy_refusal_reaches_the_client_even_when_the_verifier_closes_before_reading() {
+    // A verifier at its connection bound answers BUSY and closes without reading. A request
+    // bigger than the socket buffer makes the client's write fail (EPIPE) every time; the
+    // client must still report the verifier's refusal rather than "unreachable".
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("busy.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    let busy = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        std::io::Write::write_all(
+            &mut s,
+            b"{\"ok\":false,\"error\":{\"error_code\":\"BUSY\",\"error_message\":\"too many connections\",\"retry_after\":null,\"trace_id\":null}}\n",
+        )
+        .unwrap();
+        drop(s);
+    });
+    let big = serde_json::json!({"op": "issue", "pad": "x".repeat(4 << 20)});
+    let got = RemoteVerifier::new(&path)
+        .with_timeout(Duration::from_secs(5))
+        .call(&big)
+        .expect("the refusal is read although the write broke off");
+    assert_eq!(got["error"]["error_code"], "BUSY", "{got}");
+    busy.join().unwrap();
+}
