@@ -78,6 +78,9 @@ test('content deltas join by chunkIndex and ignore duplicates', () => {
     GX.reduce(s, env('turn.content.delta', null, { turnId: 'turn_a', chunkIndex: i, text }));
   }
   assert.equal(GX.joinChunks(s.turns.get('turn_a').chunks), 'Hello world!');
+  const rev = s.turns.get('turn_a').rev;
+  GX.reduce(s, env('turn.content.delta', null, { turnId: 'turn_a', chunkIndex: 0, text: 'Hello' }));
+  assert.equal(s.turns.get('turn_a').rev, rev, 'a duplicate chunk does not even trigger a re-render');
   GX.reduce(s, env('turn.reasoning.delta', null, { turnId: 'turn_a', chunkIndex: 0, text: 'thinking…' }));
   assert.equal(GX.joinChunks(s.turns.get('turn_a').reasoning), 'thinking…');
   assert.equal(s.maxSeq, 6, 'transient events never move the cursor');

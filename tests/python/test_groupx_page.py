@@ -79,3 +79,15 @@ def test_event_reducer_harness():
     r = subprocess.run([node, str(HARNESS)], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "checks passed" in r.stdout
+
+
+jsdom_installed = (ROOT / "tests" / "js" / "node_modules" / "jsdom").is_dir()
+
+
+@needs_node
+@pytest.mark.skipif(not jsdom_installed, reason="jsdom not installed: npm install --prefix tests/js")
+def test_page_in_jsdom_against_a_fake_daemon():
+    r = subprocess.run([node, str(ROOT / "tests" / "js" / "page_dom_test.mjs")], capture_output=True, text=True,
+                       cwd=ROOT, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "checks passed" in r.stdout
