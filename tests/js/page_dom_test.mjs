@@ -75,6 +75,11 @@ feed(env('tool.progress', null, { turnId: 'turn_a', toolCallId: 'k1', nativeType
 feed(env('turn.reasoning.delta', null, { turnId: 'turn_a', chunkIndex: 0, text: 'hmm' }));
 feed(env('approval.requested', 4, { command: 'SECRET-APPROVAL' }));
 await until('stream', () => log.textContent.includes('Hi there'));
+const cancelBtn = () => [...log.querySelectorAll('button')].find((b) => b.textContent === 'Cancel');
+cancelBtn().focus();
+feed(env('turn.content.delta', null, { turnId: 'turn_a', chunkIndex: 2, text: '!' }));
+await until('rebuilt', () => log.textContent.includes('Hi there!'));
+assert.equal(doc.activeElement, cancelBtn(), 'a rebuilt bubble keeps keyboard focus on the same control');
 assert.equal(log.querySelectorAll('img, b, script').length, 0, 'model content never becomes markup');
 assert.ok(log.textContent.includes('<img src=x onerror="alert(1)"><b>bold</b>'));
 assert.ok(!log.textContent.includes('SECRET-APPROVAL'));

@@ -138,7 +138,7 @@ test('failed turn keeps its errorCode; in-flight turns sort after durable items'
   // Status never goes backwards by seq either.
   GX.reduce(s, env('turn.dispatched', 12, { turnId: 'turn_a', attemptId: 'att_1' }));
   GX.reduce(s, env('turn.queued', 11, { turnId: 'turn_a', target: 'agent:codex' }));
-  assert.equal(s.turns.get('turn_a').status, 'dispatched');
+  assert.equal(s.turns.get('turn_a').status, 'dispatching', 'same word as the bootstrap turn status (§5)');
 });
 
 test('durable events are ordered by seq, not arrival', () => {
