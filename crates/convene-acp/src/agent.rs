@@ -404,11 +404,14 @@ impl Inner {
                     );
                     return;
                 };
+                let kind = params
+                    .pointer("/update/sessionUpdate")
+                    .and_then(serde_json::Value::as_str);
                 match self.prompt_sink(session) {
                     Some(sink) => sink.push(update),
                     None => tracing::debug!(
                         session_id = session,
-                        ?update,
+                        kind,
                         "update outside a prompt dropped"
                     ),
                 }

@@ -125,6 +125,12 @@ pub fn agent_info(result: Value) -> Result<AgentInfo, AcpError> {
         .get("protocolVersion")
         .and_then(Value::as_u64)
         .ok_or_else(|| AcpError::Protocol("initialize result without protocolVersion".into()))?;
+    // An agent that cannot speak our version answers with its own; we speak only this one.
+    if protocol_version != PROTOCOL_VERSION {
+        return Err(AcpError::Protocol(format!(
+            "agent speaks ACP version {protocol_version}, this client only {PROTOCOL_VERSION}"
+        )));
+    }
     let load_session = result
         .pointer("/agentCapabilities/loadSession")
         .and_then(Value::as_bool)

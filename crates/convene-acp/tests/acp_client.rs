@@ -132,7 +132,7 @@ def serve(on):
             on(m)
 "#;
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn round_trip_streams_ordered_chunks_and_advertises_no_client_capabilities() {
     let fx = Fixture::new();
     let agent = AcpAgent::spawn(&fx.fake(&[])).await.expect("spawn");
@@ -385,6 +385,47 @@ async fn non_json_line_is_a_protocol_error_and_ends_the_connection() {
     ));
 }
 
+#[test]
+fn agent_is_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<AcpAgent>();
+    check::<AcpError>();
+}
+
+#[tokio::test]
+async fn agent_exiting_before_initialize_is_exited_with_stderr() {
+    let fx = Fixture::new();
+    let cfg = fx.inline(
+        "import sys\nsys.stderr.write('unknown flag --acp\\n')\nsys.exit(2)",
+        &[],
+        Duration::from_secs(20),
+    );
+    let err = AcpAgent::spawn(&cfg).await.err().expect("exits");
+    match err {
+        AcpError::Exited { code, stderr_tail } => {
+            assert_eq!(code, Some(2));
+            assert_eq!(stderr_tail, "unknown flag --acp\n");
+        }
+        other => panic!("expected Exited, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn other_protocol_version_is_refused() {
+    let fx = Fixture::new();
+    let script = r#"
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    print(json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": {"protocolVersion": 2}}), flush=True)
+"#;
+    let err = AcpAgent::spawn(&fx.inline(script, &[], Duration::from_secs(20)))
+        .await
+        .err()
+        .expect("version 2");
+    assert!(matches!(err, AcpError::Protocol(_)), "{err:?}");
+}
+
 #[tokio::test]
 async fn initialize_error_is_rpc() {
     let fx = Fixture::new();
@@ -485,7 +526,7 @@ async fn shutdown_of_a_well_behaved_agent_and_drop_kill() {
     assert!(wait_gone(pid).await, "dropping the agent kills it");
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_sessions_on_one_agent_do_not_mix_updates() {
     let fx = Fixture::new();
     let agent = AcpAgent::spawn(&fx.fake(&[])).await.expect("spawn");
@@ -528,6 +569,35 @@ serve(on)
         .expect("spawn");
     let sid = agent.new_session(fx.cwd(), vec![]).await.expect("session");
     assert_eq!(sid, "answered_fs1_-32601");
+}
+
+#[tokio::test]
+async fn exit_while_a_request_waits_fails_it_with_exited() {
+    let fx = Fixture::new();
+    let script = format!(
+        "{INLINE_PRELUDE}\n{}",
+        r#"
+def on(m):
+    sys.stderr.write("out of credits\n"); sys.stderr.flush()
+    sys.exit(7)
+serve(on)
+"#
+    );
+    let agent = AcpAgent::spawn(&fx.inline(&script, &[], Duration::from_secs(20)))
+        .await
+        .expect("spawn");
+    let err = agent
+        .new_session(fx.cwd(), vec![])
+        .await
+        .expect_err("agent exits");
+    assert_eq!(
+        err,
+        AcpError::Exited {
+            code: Some(7),
+            stderr_tail: "out of credits\n".into()
+        }
+    );
+    assert!(!agent.is_alive());
 }
 
 #[tokio::test]
