@@ -527,6 +527,40 @@ async fn shutdown_of_a_well_behaved_agent_and_drop_kill() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lagging_consumer_blocks_neither_other_sessions_nor_loses_text() {
+    const N: usize = 5000; // well past the 1024-entry channel
+    let fx = Fixture::new();
+    let agent = AcpAgent::spawn(&fx.fake(&[])).await.expect("spawn");
+    let a = agent
+        .new_session(fx.cwd(), vec![])
+        .await
+        .expect("session a");
+    let b = agent
+        .new_session(fx.cwd(), vec![])
+        .await
+        .expect("session b");
+    let run_a = agent
+        .prompt(&a, &format!("#burst {N}"))
+        .await
+        .expect("prompt a");
+    // Nobody reads `a` yet. Once the fake has written all of it, `b` still completes: its
+    // answer comes after every line of `a`, so the reader got past a full channel.
+    fx.received_until(|m| m["sent"] == "stopReason" && m["sessionId"] == a.as_str())
+        .await;
+    let run_b = agent.prompt(&b, "#reply bee").await.expect("prompt b");
+    let (ub, db) = tokio::time::timeout(Duration::from_secs(30), collect(run_b))
+        .await
+        .expect("session b is not held up by session a's backlog");
+    assert_eq!(db, Ok(StopReason::EndTurn));
+    assert_eq!(message_text(&ub), "bee");
+    let (ua, da) = collect(run_a).await;
+    assert_eq!(da, Ok(StopReason::EndTurn));
+    let want: String = (0..N).map(|i| format!("c{i} ")).collect();
+    assert_eq!(message_text(&ua), want);
+    assert!(chunk_count(&ua) < N, "backlog was merged");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_sessions_on_one_agent_do_not_mix_updates() {
     let fx = Fixture::new();
     let agent = AcpAgent::spawn(&fx.fake(&[])).await.expect("spawn");
