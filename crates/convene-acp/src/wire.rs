@@ -1,0 +1,337 @@
+//! JSON-RPC 2.0 framing and the few ACP shapes this crate reads and writes.
+//!
+//! Incoming messages are parsed leniently (unknown fields and unknown update kinds are kept
+//! as `Other`), but a line that is not a JSON-RPC message at all is a protocol violation.
+
+use serde_json::{json, Map, Value};
+
+use crate::{AcpError, AgentInfo, SessionInfo, StopReason, Update};
+
+/// The protocol version this client speaks.
+pub const PROTOCOL_VERSION: u64 = 1;
+
+/// One message read from the agent.
+#[derive(Debug)]
+pub enum Incoming {
+    /// Agent→client request: must be answered.
+    Request {
+        id: Value,
+        method: String,
+        params: Value,
+    },
+    /// Agent→client notification.
+    Notification { method: String, params: Value },
+    /// Answer to one of our requests; `id` is `None` when not one of ours (not a u64).
+    Response {
+        id: Option<u64>,
+        result: Result<Value, AcpError>,
+    },
+}
+
+/// Parses one line. `Err` means the line is not a JSON-RPC 2.0 message.
+pub fn parse_line(line: &[u8]) -> Result<Incoming, AcpError> {
+    let value: Value = serde_json::from_slice(line)
+        .map_err(|e| AcpError::Protocol(format!("invalid JSON from agent: {e}")))?;
+    let Value::Object(mut obj) = value else {
+        return Err(AcpError::Protocol(
+            "JSON-RPC message is not an object".into(),
+        ));
+    };
+    let method = match obj.remove("method") {
+        None => None,
+        Some(Value::String(m)) => Some(m),
+        Some(_) => return Err(AcpError::Protocol("JSON-RPC method is not a string".into())),
+    };
+    let id = obj.remove("id");
+    let params = obj.remove("params").unwrap_or(Value::Null);
+    match (method, id) {
+        (Some(method), Some(id)) => Ok(Incoming::Request { id, method, params }),
+        (Some(method), None) => Ok(Incoming::Notification { method, params }),
+        (None, Some(id)) => {
+            let result = if let Some(err) = obj.remove("error") {
+                Err(rpc_error(&err))
+            } else if let Some(result) = obj.remove("result") {
+                Ok(result)
+            } else {
+                return Err(AcpError::Protocol(
+                    "JSON-RPC response has neither result nor error".into(),
+                ));
+            };
+            Ok(Incoming::Response {
+                id: id.as_u64(),
+                result,
+            })
+        }
+        (None, None) => Err(AcpError::Protocol(
+            "JSON-RPC message has neither method nor id".into(),
+        )),
+    }
+}
+
+fn rpc_error(err: &Value) -> AcpError {
+    let code = err.get("code").and_then(Value::as_i64);
+    let message = err.get("message").and_then(Value::as_str);
+    match (code, message) {
+        (Some(code), message) => AcpError::Rpc {
+            code,
+            message: message.unwrap_or_default().to_string(),
+        },
+        _ => AcpError::Protocol(format!("malformed JSON-RPC error object: {err}")),
+    }
+}
+
+/// Serializes a request line (with the trailing newline).
+pub fn request_line(id: u64, method: &str, params: &Value) -> Vec<u8> {
+    line(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+}
+
+/// Serializes a notification line.
+pub fn notification_line(method: &str, params: &Value) -> Vec<u8> {
+    line(&json!({"jsonrpc": "2.0", "method": method, "params": params}))
+}
+
+/// Serializes a successful response to an agent request.
+pub fn result_line(id: &Value, result: &Value) -> Vec<u8> {
+    line(&json!({"jsonrpc": "2.0", "id": id, "result": result}))
+}
+
+/// Serializes an error response to an agent request.
+pub fn error_line(id: &Value, code: i64, message: &str) -> Vec<u8> {
+    line(&json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}))
+}
+
+fn line(v: &Value) -> Vec<u8> {
+    // Serializing a Value cannot fail (keys are strings); an empty object is a safe fallback.
+    let mut out = serde_json::to_vec(v).unwrap_or_else(|_| b"{}".to_vec());
+    out.push(b'\n');
+    out
+}
+
+/// `initialize` params: no fs, no terminal, nothing the broker cannot honour.
+pub fn initialize_params() -> Value {
+    json!({
+        "protocolVersion": PROTOCOL_VERSION,
+        "clientCapabilities": {
+            "fs": {"readTextFile": false, "writeTextFile": false},
+            "terminal": false
+        },
+        "clientInfo": {"name": "convene", "version": env!("CARGO_PKG_VERSION")}
+    })
+}
+
+/// Reads the `initialize` result.
+pub fn agent_info(result: Value) -> Result<AgentInfo, AcpError> {
+    let protocol_version = result
+        .get("protocolVersion")
+        .and_then(Value::as_u64)
+        .ok_or_else(|| AcpError::Protocol("initialize result without protocolVersion".into()))?;
+    // An agent that cannot speak our version answers with its own; we speak only this one.
+    if protocol_version != PROTOCOL_VERSION {
+        return Err(AcpError::Protocol(format!(
+            "agent speaks ACP version {protocol_version}, this client only {PROTOCOL_VERSION}"
+        )));
+    }
+    let load_session = result
+        .pointer("/agentCapabilities/loadSession")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    Ok(AgentInfo {
+        protocol_version,
+        load_session,
+        raw: result,
+    })
+}
+
+/// Reads the `session/new` result.
+pub fn session_info(result: &Value) -> Result<SessionInfo, AcpError> {
+    let session_id = result
+        .get("sessionId")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| AcpError::Protocol("session/new result without sessionId".into()))?
+        .to_string();
+    let current_mode = result
+        .pointer("/modes/currentModeId")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let available_modes = result
+        .pointer("/modes/availableModes")
+        .and_then(Value::as_array)
+        .map(|modes| {
+            modes
+                .iter()
+                .filter_map(|m| m.get("id").and_then(Value::as_str).map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(SessionInfo {
+        session_id,
+        current_mode,
+        available_modes,
+    })
+}
+
+/// Reads the `session/prompt` result.
+pub fn stop_reason(result: &Value) -> Result<StopReason, AcpError> {
+    result
+        .get("stopReason")
+        .and_then(Value::as_str)
+        .map(StopReason::from_wire)
+        .ok_or_else(|| AcpError::Protocol("session/prompt result without stopReason".into()))
+}
+
+/// The session a request or notification is about, if it names one.
+pub fn session_id(params: &Value) -> Option<&str> {
+    params.get("sessionId").and_then(Value::as_str)
+}
+
+/// Reduces a `session/update` `update` object. Unknown or malformed updates become `Other`.
+pub fn update(update: &Value) -> Option<Update> {
+    let obj = update.as_object()?;
+    let kind = obj.get("sessionUpdate").and_then(Value::as_str)?;
+    let other = || Update::Other {
+        session_update: kind.to_string(),
+    };
+    let text = |obj: &Map<String, Value>| -> Option<String> {
+        let content = obj.get("content")?;
+        if content.get("type").and_then(Value::as_str) != Some("text") {
+            return None;
+        }
+        content
+            .get("text")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    let s = |key: &str| obj.get(key).and_then(Value::as_str).map(str::to_string);
+    Some(match kind {
+        "agent_message_chunk" => text(obj).map(Update::MessageChunk).unwrap_or_else(other),
+        "agent_thought_chunk" => text(obj).map(Update::ThoughtChunk).unwrap_or_else(other),
+        "tool_call" => match s("toolCallId") {
+            Some(id) => Update::ToolCall {
+                id,
+                title: s("title").unwrap_or_default(),
+                kind: s("kind"),
+                status: s("status"),
+            },
+            None => other(),
+        },
+        "tool_call_update" => match s("toolCallId") {
+            Some(id) => Update::ToolCallUpdate {
+                id,
+                title: s("title"),
+                status: s("status"),
+            },
+            None => other(),
+        },
+        _ => other(),
+    })
+}
+
+/// Agent→client requests that ask a human for something (GroupX §9: never answered yes).
+pub fn is_interaction(method: &str) -> bool {
+    let m = method.to_ascii_lowercase();
+    [
+        "permission",
+        "elicitation",
+        "user_input",
+        "userinput",
+        "question",
+        "approval",
+    ]
+    .iter()
+    .any(|k| m.contains(k))
+}
+
+/// The refusal for an interaction request: ACP's `cancelled` outcome, or `cancel` for an
+/// elicitation; `None` means answer with a JSON-RPC error instead.
+pub fn interaction_refusal(method: &str) -> Option<Value> {
+    match method {
+        "session/request_permission" => Some(json!({"outcome": {"outcome": "cancelled"}})),
+        "elicitation/create" | "session/elicitation" => Some(json!({"action": "cancel"})),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_messages() {
+        assert!(matches!(
+            parse_line(br#"{"jsonrpc":"2.0","id":3,"result":{"a":1}}"#),
+            Ok(Incoming::Response {
+                id: Some(3),
+                result: Ok(_)
+            })
+        ));
+        assert!(matches!(
+            parse_line(br#"{"jsonrpc":"2.0","id":3,"error":{"code":-32000,"message":"x"}}"#),
+            Ok(Incoming::Response {
+                result: Err(AcpError::Rpc { code: -32000, .. }),
+                ..
+            })
+        ));
+        assert!(matches!(
+            parse_line(br#"{"jsonrpc":"2.0","id":"a","method":"fs/read_text_file"}"#),
+            Ok(Incoming::Request { .. })
+        ));
+        assert!(matches!(
+            parse_line(br#"{"jsonrpc":"2.0","method":"session/update","params":{}}"#),
+            Ok(Incoming::Notification { .. })
+        ));
+        for bad in [
+            &b"not json"[..],
+            b"[1]",
+            b"{}",
+            br#"{"id":1}"#,
+            br#"{"method":3}"#,
+        ] {
+            assert!(
+                matches!(parse_line(bad), Err(AcpError::Protocol(_))),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn maps_updates_and_tolerates_unknown_ones() {
+        let chunk =
+            json!({"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"hi"}});
+        assert_eq!(update(&chunk), Some(Update::MessageChunk("hi".into())));
+        let image =
+            json!({"sessionUpdate":"agent_message_chunk","content":{"type":"image","data":""}});
+        assert_eq!(
+            update(&image),
+            Some(Update::Other {
+                session_update: "agent_message_chunk".into()
+            })
+        );
+        let tool = json!({"sessionUpdate":"tool_call","toolCallId":"c","title":"t","kind":"read","extra":1});
+        assert_eq!(
+            update(&tool),
+            Some(Update::ToolCall {
+                id: "c".into(),
+                title: "t".into(),
+                kind: Some("read".into()),
+                status: None
+            })
+        );
+        let future = json!({"sessionUpdate":"usage_update","used":3});
+        assert_eq!(
+            update(&future),
+            Some(Update::Other {
+                session_update: "usage_update".into()
+            })
+        );
+        assert_eq!(update(&json!({"nope": 1})), None);
+    }
+
+    #[test]
+    fn recognises_interaction_requests() {
+        assert!(is_interaction("session/request_permission"));
+        assert!(is_interaction("elicitation/create"));
+        assert!(!is_interaction("fs/read_text_file"));
+        assert!(!is_interaction("terminal/create"));
+    }
+}
