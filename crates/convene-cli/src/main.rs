@@ -62,6 +62,16 @@ enum Cmd {
         /// the API key.
         #[arg(long)]
         cowchat_ws: Option<String>,
+        /// Serve GroupX (REST + SSE + the web page) on this loopback address (default:
+        /// 127.0.0.1:7390 when that port is free). Agents come from --groupx-config.
+        #[arg(long)]
+        groupx: Option<String>,
+        /// Do not serve GroupX at all.
+        #[arg(long, conflicts_with = "groupx")]
+        no_groupx: bool,
+        /// The GroupX roster (default: <home>/groupx.json; see docs/groupx.md).
+        #[arg(long)]
+        groupx_config: Option<PathBuf>,
         #[command(flatten)]
         cowchat: CowchatLimits,
         /// Cowchat webhook delivery attempts in flight at once, across all subscriptions
@@ -214,6 +224,9 @@ fn real_main() -> Result<()> {
             cowchat_tcp,
             no_cowchat_tcp,
             cowchat_ws,
+            groupx,
+            no_groupx,
+            groupx_config,
             cowchat: l,
             cowchat_webhook_concurrency,
             cowchat_webhook_per_host,
@@ -239,6 +252,11 @@ fn real_main() -> Result<()> {
                 cfg.cowchat_tcp_default = Some(convene_daemon::cowchat::DEFAULT_TCP.to_string());
             }
             cfg.cowchat_ws = cowchat_ws;
+            cfg.groupx = groupx;
+            if !no_groupx {
+                cfg.groupx_default = Some(convene_daemon::groupx::DEFAULT_ADDR.to_string());
+            }
+            cfg.groupx_config = groupx_config;
             cfg.cowchat_webhooks.allow_local = cowchat_webhooks_allow_local;
             cfg.cowchat_webhooks.concurrency = cowchat_webhook_concurrency.into();
             cfg.cowchat_webhooks.per_host = cowchat_webhook_per_host.into();

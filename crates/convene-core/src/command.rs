@@ -37,6 +37,10 @@ pub struct SendArgs {
     pub client_ts: Option<String>,
     /// Extra `data` fields to store untouched (forward compatibility).
     pub extra: Map<String, Value>,
+    /// Event id chosen by a daemon face that must reference the message from other events
+    /// committed with it (GroupX: `turn.queued` names its source message). Never taken from a
+    /// client; `None` lets the engine mint one.
+    pub event_id: Option<String>,
 }
 
 /// A relay of one message into another group (§9).

@@ -5,6 +5,7 @@
 pub mod blobs;
 pub mod cowchat;
 pub mod gate;
+pub mod groupx;
 pub mod home;
 pub mod hub;
 pub mod ipc;
@@ -63,6 +64,13 @@ pub struct Config {
     pub cowchat_limits: cowchat::Limits,
     /// Cowchat reconnect window.
     pub cowchat_reconnect: Duration,
+    /// Serve the GroupX face (REST + SSE + web page) on this loopback address.
+    pub groupx: Option<String>,
+    /// When `groupx` is not set: serve GroupX here if the port is free (`convene serve` uses
+    /// 127.0.0.1:7390); a taken port is logged, not fatal.
+    pub groupx_default: Option<String>,
+    /// The GroupX roster file (default `<home>/groupx.json`).
+    pub groupx_config: Option<PathBuf>,
 }
 
 impl Config {
@@ -84,6 +92,9 @@ impl Config {
             cowchat_webhooks: cowchat::webhooks::Options::default(),
             cowchat_limits: cowchat::Limits::default(),
             cowchat_reconnect: cowchat::RECONNECT_WINDOW,
+            groupx: None,
+            groupx_default: None,
+            groupx_config: None,
         }
     }
 }
@@ -106,6 +117,12 @@ pub enum DaemonError {
     /// A Cowchat default limit is out of range.
     #[error("cowchat limits: {0}")]
     CowchatLimits(#[from] cowchat::limits::LimitsError),
+    /// The GroupX roster cannot be used.
+    #[error(transparent)]
+    Groupx(#[from] groupx::config::ConfigError),
+    /// GroupX serves loopback only (§11).
+    #[error("groupx address {0} is not a loopback address")]
+    GroupxNotLoopback(String),
 }
 
 /// Shared state every face uses.
@@ -172,6 +189,8 @@ pub struct Running {
     pub cowchat_tcp: Option<SocketAddr>,
     /// Bound Cowchat WebSocket address, if any (served at `/ws`).
     pub cowchat_ws: Option<SocketAddr>,
+    /// Bound GroupX HTTP address, if any.
+    pub groupx: Option<SocketAddr>,
     /// The Cowchat face (its replay points are saved once more at stop).
     cowchat: Arc<cowchat::Face>,
     home: Home,
@@ -278,6 +297,34 @@ pub async fn start(cfg: Config) -> Result<Running, DaemonError> {
             "ws": cowchat_ws.map(|a| format!("ws://{a}{}", ws::PATH)),
         }),
     )?;
+    // The GroupX face: its room, its lanes, then its HTTP listener.
+    let groupx_listener = match (&cfg.groupx, &cfg.groupx_default) {
+        (Some(addr), _) => Some(bind_loopback(addr).await?),
+        (None, Some(addr)) => match bind_loopback(addr).await {
+            Ok(l) => Some(l),
+            Err(e) => {
+                tracing::warn!(addr = %addr, error = %e, "groupx default address not available; GroupX is not served (use --groupx ADDR)");
+                None
+            }
+        },
+        (None, None) => None,
+    };
+    let mut groupx_addr = None;
+    if let Some(l) = groupx_listener {
+        let path = cfg
+            .groupx_config
+            .clone()
+            .unwrap_or_else(|| home.root.join("groupx.json"));
+        let gcfg = groupx::Config::load(&path)?;
+        let gface = groupx::Face::start(daemon.clone(), home.root.clone(), gcfg).await?;
+        groupx_addr = l.local_addr().ok();
+        tokio::spawn(groupx::serve(gface, l));
+    }
+    home.write_json(
+        &home.root.join("daemon").join("groupx.addr.json"),
+        &json!({"http": groupx_addr.map(|a| a.to_string()),
+                "url": groupx_addr.map(|a| format!("http://{a}/"))}),
+    )?;
     // The IPC face last.
     let ul = UnixListener::bind(&sock)
         .map_err(|e| DaemonError::Listen(sock.display().to_string(), e))?;
@@ -300,7 +347,7 @@ pub async fn start(cfg: Config) -> Result<Running, DaemonError> {
         "pid": std::process::id(), "version": env!("CARGO_PKG_VERSION"), "implementation": "convene",
         "ts": convene_core::event::format_ts(time::OffsetDateTime::now_utc()),
     }))?;
-    tracing::info!(home = %home.root.display(), socket = %sock.display(), tcp = ?tcp, cowchat_tcp = ?cowchat_tcp, cowchat_ws = ?cowchat_ws, "convene daemon ready");
+    tracing::info!(home = %home.root.display(), socket = %sock.display(), tcp = ?tcp, cowchat_tcp = ?cowchat_tcp, cowchat_ws = ?cowchat_ws, groupx = ?groupx_addr, "convene daemon ready");
     Ok(Running {
         daemon,
         socket: sock,
@@ -308,9 +355,22 @@ pub async fn start(cfg: Config) -> Result<Running, DaemonError> {
         cowchat_socket,
         cowchat_tcp,
         cowchat_ws,
+        groupx: groupx_addr,
         cowchat: cowchat_face,
         home,
     })
+}
+
+/// Binds a loopback-only listener (GroupX).
+async fn bind_loopback(addr: &str) -> Result<TcpListener, DaemonError> {
+    let ok = addr
+        .parse::<SocketAddr>()
+        .map(|a| a.ip().is_loopback())
+        .unwrap_or(addr.starts_with("localhost:"));
+    if !ok {
+        return Err(DaemonError::GroupxNotLoopback(addr.to_string()));
+    }
+    bind_tcp(addr).await
 }
 
 /// Binds a TCP listener the operator asked for (a failure stops the start).
@@ -358,6 +418,7 @@ impl Running {
         self.home.cleanup();
         let _ = std::fs::remove_file(&self.cowchat_socket);
         let _ = std::fs::remove_file(self.home.cowchat_addr_file());
+        let _ = std::fs::remove_file(self.home.root.join("daemon").join("groupx.addr.json"));
         tracing::info!("convene daemon stopped");
     }
 }

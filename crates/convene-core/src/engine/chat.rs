@@ -518,12 +518,18 @@ fn append_message(
     }
     let data = build_message(ctx, a)?;
     let scope = ctx.scope_for(&a.group_id, &a.by);
-    let ev = ctx.append(
+    if let Some(id) = &a.event_id {
+        if id.is_empty() || id.len() > 64 {
+            return Err(CoreError::invalid("event_id must be 1-64 bytes").with("field", "event_id"));
+        }
+    }
+    let ev = ctx.append_with_id(
         &a.group_id,
         kinds::CHAT_MESSAGE,
         &a.by,
         scope,
         Value::Object(data),
+        a.event_id.clone(),
     )?;
     project_message(ctx, &ev)?;
     if let Some(cid) = &a.client_id {

@@ -129,6 +129,19 @@ impl Ctx<'_> {
         scope_key: String,
         data: Value,
     ) -> Result<Event, CoreError> {
+        self.append_with_id(group_id, kind, by, scope_key, data, None)
+    }
+
+    /// [`Ctx::append`] with an id a face minted (a time-ordered UUID, so never a repeat).
+    pub fn append_with_id(
+        &mut self,
+        group_id: &str,
+        kind: &str,
+        by: &str,
+        scope_key: String,
+        data: Value,
+        id: Option<String>,
+    ) -> Result<Event, CoreError> {
         let ts = self.ts();
         let g = self
             .groups
@@ -137,7 +150,7 @@ impl Ctx<'_> {
         g.last_seq += 1;
         let ev = Event {
             v: ENVELOPE_V,
-            id: new_event_id(),
+            id: id.unwrap_or_else(new_event_id),
             ts,
             seq: g.last_seq,
             kind: kind.to_string(),

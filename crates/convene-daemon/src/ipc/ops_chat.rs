@@ -38,6 +38,7 @@ fn send_args(d: &Daemon, a: &Args, group_id: String) -> Result<SendArgs, CoreErr
         client_id: a.opt_str("client_id")?.filter(|s| !s.is_empty()),
         client_ts: a.opt_str("client_ts")?,
         extra,
+        event_id: None,
     })
 }
 

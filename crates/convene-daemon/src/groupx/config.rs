@@ -1,0 +1,245 @@
+//! The broker's configuration: `<home>/groupx.json` (or `serve --groupx-config PATH`).
+//!
+//! ```json
+//! {"agents": [{"id": "codex", "name": "Codex", "driver": "acp",
+//!              "command": ["codex-acp"], "cwd": "/src/app", "enabled": true, "mode": "auto"}],
+//!  "limits": {"messageBytes": 65536, "queuePerAgent": 32, "turnIdleMs": 600000}}
+//! ```
+//! Transport and access are not settings (§1: always structured, always unrestricted).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+/// One agent of the roster.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    /// Stable id: the agent is `agent:<id>` in GroupX and actor `<id>` in the ledger.
+    pub id: String,
+    /// Display name.
+    #[serde(default)]
+    pub name: String,
+    /// Native driver; `acp` is the one this broker drives.
+    #[serde(default = "acp")]
+    pub driver: String,
+    /// The agent CLI and its arguments.
+    pub command: Vec<String>,
+    /// Working directory of the agent (default: the home).
+    #[serde(default)]
+    pub cwd: Option<PathBuf>,
+    /// Disabled agents are shown but get no turns.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// ACP session mode set after session/new|load, before the first prompt (Kimi: `auto`).
+    #[serde(default)]
+    pub mode: Option<String>,
+    /// A stable self-description given to the agent with every context packet.
+    #[serde(default)]
+    pub identity: Option<String>,
+}
+
+fn acp() -> String {
+    "acp".into()
+}
+fn yes() -> bool {
+    true
+}
+
+/// Resource limits (§7).
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Limits {
+    /// Largest message content, bytes.
+    #[serde(default = "d_message_bytes")]
+    pub message_bytes: usize,
+    /// Unfinished turns one agent may have queued or running.
+    #[serde(default = "d_queue")]
+    pub queue_per_agent: usize,
+    /// A turn with no output for this long is cancelled and failed.
+    #[serde(default = "d_idle")]
+    pub turn_idle_ms: u64,
+}
+
+fn d_message_bytes() -> usize {
+    64 * 1024
+}
+fn d_queue() -> usize {
+    32
+}
+fn d_idle() -> u64 {
+    600_000
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            message_bytes: d_message_bytes(),
+            queue_per_agent: d_queue(),
+            turn_idle_ms: d_idle(),
+        }
+    }
+}
+
+impl Limits {
+    /// The idle bound as a duration.
+    pub fn turn_idle(&self) -> Duration {
+        Duration::from_millis(self.turn_idle_ms)
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    #[serde(default)]
+    agents: Vec<AgentConfig>,
+    #[serde(default)]
+    limits: Limits,
+}
+
+/// The loaded configuration.
+#[derive(Debug, Clone, Default)]
+pub struct Config {
+    /// Roster, in file order.
+    pub agents: Vec<AgentConfig>,
+    /// Limits.
+    pub limits: Limits,
+    /// SHA-256 of the canonical config and its path (`runtimeKey`, §10.6).
+    pub runtime_key: String,
+    /// SHA-256 of the canonical path only (`runtimeScopeKey`).
+    pub runtime_scope_key: String,
+}
+
+/// A configuration that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// Unreadable file.
+    #[error("groupx config {0}: {1}")]
+    Io(PathBuf, std::io::Error),
+    /// Not the expected JSON.
+    #[error("groupx config {0}: {1}")]
+    Parse(PathBuf, serde_json::Error),
+    /// A rule of the roster is broken.
+    #[error("groupx config {0}: {1}")]
+    Invalid(PathBuf, String),
+}
+
+/// Ids that name the broker's own parties, never a roster agent (§10.6).
+const RESERVED: &[&str] = &["assistant", "__assistant__", "user", "system", "web"];
+
+fn sha(parts: &[&[u8]]) -> String {
+    let mut h = Sha256::new();
+    for p in parts {
+        h.update((p.len() as u64).to_be_bytes());
+        h.update(p);
+    }
+    hex::encode(h.finalize())
+}
+
+impl Config {
+    /// Loads `path`; a missing file is an empty roster (the room works for the human alone).
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let canon_path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => return Err(ConfigError::Io(path.to_path_buf(), e)),
+        };
+        let file: File = if text.trim().is_empty() {
+            File::default()
+        } else {
+            serde_json::from_str(&text).map_err(|e| ConfigError::Parse(path.to_path_buf(), e))?
+        };
+        let bad = |m: String| ConfigError::Invalid(path.to_path_buf(), m);
+        let mut seen = std::collections::HashSet::new();
+        for a in &file.agents {
+            let ok = !a.id.is_empty()
+                && a.id.len() <= 64
+                && a.id
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+            if !ok {
+                return Err(bad(format!(
+                    "agent id {:?} must be 1-64 of [A-Za-z0-9_-]",
+                    a.id
+                )));
+            }
+            if RESERVED.contains(&a.id.as_str()) {
+                return Err(bad(format!("agent id {:?} is reserved", a.id)));
+            }
+            if !seen.insert(a.id.clone()) {
+                return Err(bad(format!("agent id {:?} appears twice", a.id)));
+            }
+            if a.driver != "acp" {
+                return Err(bad(format!(
+                    "agent {}: driver {:?} is not supported (this broker drives `acp`)",
+                    a.id, a.driver
+                )));
+            }
+            if a.command.is_empty() || a.command[0].is_empty() {
+                return Err(bad(format!("agent {}: command is empty", a.id)));
+            }
+        }
+        if file.limits.message_bytes == 0 || file.limits.queue_per_agent == 0 {
+            return Err(bad("limits must be positive".into()));
+        }
+        let canonical = serde_json::to_string(
+            &serde_json::from_str::<serde_json::Value>(if text.trim().is_empty() {
+                "{}"
+            } else {
+                &text
+            })
+            .map_err(|e| ConfigError::Parse(path.to_path_buf(), e))?,
+        )
+        .unwrap_or_default();
+        let p = canon_path.to_string_lossy();
+        Ok(Self {
+            runtime_key: sha(&[canonical.as_bytes(), p.as_bytes()]),
+            runtime_scope_key: sha(&[p.as_bytes()]),
+            agents: file.agents,
+            limits: file.limits,
+        })
+    }
+
+    /// An agent by its ledger id.
+    pub fn agent(&self, id: &str) -> Option<&AgentConfig> {
+        self.agents.iter().find(|a| a.id == id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str) -> Result<Config, ConfigError> {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("groupx.json");
+        std::fs::write(&p, text).unwrap();
+        Config::load(&p)
+    }
+
+    #[test]
+    fn a_roster_loads_and_keys_are_stable_per_path() {
+        let c = load(r#"{"agents":[{"id":"codex","command":["x"]}]}"#).unwrap();
+        assert_eq!(c.agents[0].driver, "acp");
+        assert!(c.agents[0].enabled);
+        assert_eq!(c.runtime_key.len(), 64);
+        assert_ne!(c.runtime_key, c.runtime_scope_key);
+    }
+
+    #[test]
+    fn bad_rosters_are_refused() {
+        for t in [
+            r#"{"agents":[{"id":"a","command":["x"]},{"id":"a","command":["y"]}]}"#,
+            r#"{"agents":[{"id":"assistant","command":["x"]}]}"#,
+            r#"{"agents":[{"id":"a b","command":["x"]}]}"#,
+            r#"{"agents":[{"id":"a","command":[]}]}"#,
+            r#"{"agents":[{"id":"a","command":["x"],"transport":"direct"}]}"#,
+            r#"{"agents":[{"id":"a","command":["x"],"driver":"direct"}]}"#,
+        ] {
+            assert!(load(t).is_err(), "{t}");
+        }
+    }
+}

@@ -1,0 +1,566 @@
+//! One lane per agent: its turns run one at a time in enqueue order (§8.3), on one
+//! long-lived ACP session that is (re)started when needed.
+//!
+//! Per turn: `turn.dispatched` (prompt_invoked + unknown) is durable before the prompt is
+//! written (§2.1); the first update of the agent makes it `turn.started` (delivered);
+//! content and reasoning stream as transient deltas; at the end one commit holds the
+//! reasoning record, the tool records, the response message and the terminal event, in
+//! that order (§2.2).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use convene_acp::{AcpAgent, AcpConfig, AcpError, StopReason, Update};
+use convene_core::{Command, SendArgs};
+use convene_groupx::envelope::{transient, ActorKind, ActorRef, Correlation};
+use convene_groupx::{ids, ErrorCode, TurnStatus};
+use serde_json::{json, Map};
+use tokio::sync::Notify;
+
+use super::config::AgentConfig;
+use super::context::{self, Line};
+use super::room::Turn;
+use super::Face;
+
+/// How long starting the agent and its session may take.
+const START_BOUND: Duration = Duration::from_secs(60);
+/// After a cancel, how long the agent has to settle before the turn is failed anyway.
+const CANCEL_GRACE: Duration = Duration::from_secs(10);
+/// Largest response text kept in the room (the ledger's message limit is 256 KiB).
+const MAX_RESPONSE: usize = 200 * 1024;
+/// Largest reasoning record.
+const MAX_REASONING: usize = 64 * 1024;
+
+/// A live agent session.
+struct Session {
+    agent: AcpAgent,
+    session_id: String,
+}
+
+/// Starts the lane worker of `agent`.
+pub(super) fn spawn(face: Arc<Face>, agent: AgentConfig) {
+    tokio::spawn(async move {
+        let id = agent.id.clone();
+        run(face, agent).await;
+        tracing::debug!(agent = %id, "groupx lane stopped");
+    });
+}
+
+async fn run(face: Arc<Face>, cfg: AgentConfig) {
+    let (Some(wake), Some(cancel)) = (
+        face.wake.get(&cfg.id).cloned(),
+        face.cancel.get(&cfg.id).cloned(),
+    ) else {
+        return;
+    };
+    let mut session: Option<Session> = None;
+    let mut shutdown = face.d.shutdown_rx();
+    loop {
+        if *shutdown.borrow() {
+            break;
+        }
+        let next = {
+            let room = face.room.lock().await;
+            match room.active(&cfg.id) {
+                Some(_) => None,
+                None => room.next_queued(&cfg.id).cloned(),
+            }
+        };
+        let Some(turn) = next else {
+            tokio::select! {
+                _ = wake.notified() => continue,
+                _ = shutdown.changed() => break,
+            }
+        };
+        if !run_turn(&face, &cfg, &mut session, &turn, &cancel).await {
+            break;
+        }
+    }
+    if let Some(s) = session.take() {
+        s.agent.shutdown(Duration::from_secs(2)).await;
+    }
+}
+
+fn corr_of(t: &Turn) -> Correlation {
+    Correlation {
+        to: Vec::new(),
+        ..t.corr.clone()
+    }
+}
+
+fn agent_ref(cfg: &AgentConfig) -> ActorRef {
+    ActorRef {
+        actor_id: format!("agent:{}", cfg.id),
+        kind: ActorKind::Agent,
+        display_name: if cfg.name.is_empty() {
+            cfg.id.clone()
+        } else {
+            cfg.name.clone()
+        },
+    }
+}
+
+fn now() -> String {
+    convene_core::event::format_ts(time::OffsetDateTime::now_utc())
+}
+
+/// Appends broker events for this lane, retrying a failing ledger until shutdown. `check`
+/// re-validates under the room lock; `false` skips the write. Returns false at shutdown.
+async fn commit(
+    face: &Face,
+    check: impl Fn(&super::room::Room) -> bool,
+    cmds: impl Fn() -> Vec<Command>,
+) -> bool {
+    let mut shutdown = face.d.shutdown_rx();
+    loop {
+        let mut room = face.room.lock().await;
+        if !check(&room) {
+            return true;
+        }
+        match face.append(&mut room, cmds()).await {
+            Ok(_) => return true,
+            Err(e) => {
+                drop(room);
+                tracing::warn!(error = %e, "groupx: ledger write failed; retrying");
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    _ = shutdown.changed() => return false,
+                }
+            }
+        }
+    }
+}
+
+fn status_is(room: &super::room::Room, turn: &str, ok: &[TurnStatus]) -> bool {
+    room.turns
+        .get(turn)
+        .is_some_and(|t| ok.contains(&t.state.status))
+}
+
+async fn start_session(face: &Face, cfg: &AgentConfig) -> Result<Session, String> {
+    let cwd = cfg.cwd.clone().unwrap_or_else(|| face.home.clone());
+    let acfg = AcpConfig {
+        command: cfg.command.clone(),
+        cwd: cwd.clone(),
+        env: Vec::new(),
+        request_timeout: Duration::from_secs(30),
+    };
+    let go = async {
+        let agent = AcpAgent::spawn(&acfg).await.map_err(|e| e.to_string())?;
+        let sid = agent
+            .new_session(&cwd, Vec::new())
+            .await
+            .map_err(|e| e.to_string())?;
+        if let Some(m) = &cfg.mode {
+            agent.set_mode(&sid, m).await.map_err(|e| e.to_string())?;
+        }
+        Ok(Session {
+            agent,
+            session_id: sid,
+        })
+    };
+    match tokio::time::timeout(START_BOUND, go).await {
+        Ok(r) => r,
+        Err(_) => Err(format!(
+            "agent did not start within {}s",
+            START_BOUND.as_secs()
+        )),
+    }
+}
+
+/// The earlier room messages this agent has not seen, and the turn's own message.
+async fn packet(face: &Face, cfg: &AgentConfig, turn: &Turn) -> String {
+    let after = face
+        .room
+        .lock()
+        .await
+        .seen_up_to
+        .get(&cfg.id)
+        .copied()
+        .unwrap_or(0);
+    let (r, g) = (face.d.ledger.readers().clone(), face.group_id.clone());
+    let before = turn.source_seq.max(1);
+    let kinds = vec!["chat.message".to_string()];
+    let earlier = tokio::task::spawn_blocking(move || {
+        // The last messages before the source, not before what the agent saw.
+        r.events_before(&g, before, context::MAX_MESSAGES, &kinds)
+    })
+    .await
+    .ok()
+    .and_then(Result::ok)
+    .unwrap_or_default();
+    let mut lines: Vec<Line> = Vec::new();
+    for e in earlier.iter().filter(|e| e.seq > after) {
+        if let Some(env) = face.project(&e.json) {
+            lines.push(Line {
+                author: format!("{} ({})", env.actor.display_name, env.actor.actor_id),
+                event_id: env.event_id,
+                text: env.body["content"].as_str().unwrap_or_default().to_string(),
+            });
+        }
+    }
+    let (r, g, src) = (
+        face.d.ledger.readers().clone(),
+        face.group_id.clone(),
+        turn.source_event_id.clone(),
+    );
+    let current = tokio::task::spawn_blocking(move || r.event(&g, &src))
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .flatten()
+        .and_then(|raw| face.project(&raw.json));
+    let current = match current {
+        Some(env) => Line {
+            author: format!("{} ({})", env.actor.display_name, env.actor.actor_id),
+            event_id: env.event_id,
+            text: env.body["content"].as_str().unwrap_or_default().to_string(),
+        },
+        None => Line {
+            author: "unknown".into(),
+            event_id: turn.source_event_id.clone(),
+            text: String::new(),
+        },
+    };
+    context::packet(cfg, &lines, &current)
+}
+
+/// What a turn produced, gathered from its updates.
+#[derive(Default)]
+struct Gathered {
+    text: String,
+    reasoning: String,
+    /// `(toolCallId, kind, title, status)` in first-seen order.
+    tools: Vec<(String, String, String, String)>,
+    interaction: Option<String>,
+    chunks: u64,
+}
+
+impl Gathered {
+    fn take(&mut self, face: &Face, who: &ActorRef, corr: &Correlation, turn_id: &str, u: Update) {
+        let idx = self.chunks;
+        self.chunks += 1;
+        let (kind, body) = match u {
+            Update::MessageChunk(t) => {
+                self.text.push_str(&t);
+                (
+                    "turn.content.delta",
+                    json!({"turnId": turn_id, "chunkIndex": idx, "text": t}),
+                )
+            }
+            Update::ThoughtChunk(t) => {
+                self.reasoning.push_str(&t);
+                (
+                    "turn.reasoning.delta",
+                    json!({"turnId": turn_id, "chunkIndex": idx, "text": t}),
+                )
+            }
+            Update::ToolCall {
+                id,
+                title,
+                kind,
+                status,
+            } => {
+                let kind = kind.unwrap_or_else(|| "other".into());
+                let status = status.unwrap_or_else(|| "pending".into());
+                self.tools.retain(|t| t.0 != id);
+                self.tools
+                    .push((id.clone(), kind.clone(), title.clone(), status.clone()));
+                (
+                    "tool.progress",
+                    json!({"turnId": turn_id, "toolCallId": id, "nativeType": kind, "title": title, "status": status}),
+                )
+            }
+            Update::ToolCallUpdate { id, title, status } => {
+                let Some(t) = self.tools.iter_mut().find(|t| t.0 == id) else {
+                    return;
+                };
+                if let Some(x) = title {
+                    t.2 = x;
+                }
+                if let Some(x) = status {
+                    t.3 = x;
+                }
+                (
+                    "tool.progress",
+                    json!({"turnId": turn_id, "toolCallId": t.0, "nativeType": t.1, "title": t.2, "status": t.3}),
+                )
+            }
+            Update::UnexpectedInteraction { method } => {
+                self.interaction.get_or_insert(method);
+                return;
+            }
+            Update::Other { .. } => return,
+        };
+        face.publish(&transient(kind, who.clone(), corr, now(), body));
+    }
+}
+
+fn clip(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut i = max;
+        while !s.is_char_boundary(i) {
+            i -= 1;
+        }
+        s.truncate(i);
+        s.push_str("\n[truncated]");
+    }
+    s
+}
+
+/// Runs one turn to its terminal event. Returns false at shutdown.
+async fn run_turn(
+    face: &Arc<Face>,
+    cfg: &AgentConfig,
+    session: &mut Option<Session>,
+    turn: &Turn,
+    cancel: &Notify,
+) -> bool {
+    let tid = turn.turn_id.clone();
+    let corr = corr_of(turn);
+    let target = format!("agent:{}", cfg.id);
+    let agent_corr = Correlation {
+        to: Vec::new(),
+        causation_id: None,
+        ..corr.clone()
+    };
+    // 1. A live session.
+    if !session.as_ref().is_some_and(|s| s.agent.is_alive()) {
+        if let Some(old) = session.take() {
+            old.agent.shutdown(Duration::from_secs(1)).await;
+        }
+        face.set_session(&cfg.id, "starting");
+        let body = json!({"agent": target});
+        if !commit(
+            face,
+            |_| true,
+            || vec![face.ext("session.starting", &agent_corr, body.clone())],
+        )
+        .await
+        {
+            return false;
+        }
+        match start_session(face, cfg).await {
+            Ok(s) => {
+                face.set_session(&cfg.id, "ready");
+                let body = json!({"agent": target});
+                if !commit(
+                    face,
+                    |_| true,
+                    || vec![face.ext("session.ready", &agent_corr, body.clone())],
+                )
+                .await
+                {
+                    return false;
+                }
+                *session = Some(s);
+            }
+            Err(why) => {
+                face.set_session(&cfg.id, "failed");
+                let why = clip(why, 2000);
+                let failed = json!({"agent": target, "errorCode": ErrorCode::SessionFailed.as_str(), "message": why});
+                let tbody = json!({"turnId": tid, "target": target, "status": "failed",
+                    "errorCode": ErrorCode::SessionFailed.as_str(), "note": why});
+                return commit(
+                    face,
+                    |r| status_is(r, &tid, &[TurnStatus::Queued]),
+                    || {
+                        vec![
+                            face.ext("session.failed", &agent_corr, failed.clone()),
+                            face.ext("turn.failed", &corr, tbody.clone()),
+                        ]
+                    },
+                )
+                .await;
+            }
+        }
+    }
+    let Some(s) = session.as_ref() else {
+        return true;
+    };
+    // 2. The prompt, and the durable "maybe delivered" before it is written.
+    let text = packet(face, cfg, turn).await;
+    let attempt = ids::attempt_id();
+    let dispatched = json!({"turnId": tid, "attemptId": attempt, "dispatchPhase": "prompt_invoked",
+        "deliveryCertainty": "unknown", "transport": "structured"});
+    let ok = commit(
+        face,
+        |r| status_is(r, &tid, &[TurnStatus::Queued]),
+        || vec![face.ext("turn.dispatched", &corr, dispatched.clone())],
+    )
+    .await;
+    if !ok {
+        return false;
+    }
+    if !status_is(&*face.room.lock().await, &tid, &[TurnStatus::Dispatching]) {
+        return true; // cancelled before it could be dispatched
+    }
+    let who = agent_ref(cfg);
+    let mut got = Gathered::default();
+    let mut started = false;
+    let mut timed_out = false;
+    let outcome: Result<StopReason, AcpError> = match s.agent.prompt(&s.session_id, &text).await {
+        Err(e) => Err(e),
+        Ok(run) => {
+            let (mut updates, mut done) = (run.updates, run.done);
+            let idle = face.cfg.limits.turn_idle();
+            let mut deadline = tokio::time::Instant::now() + idle;
+            let mut shutdown = face.d.shutdown_rx();
+            loop {
+                tokio::select! {
+                    u = updates.recv() => match u {
+                        Some(u) => {
+                            deadline = tokio::time::Instant::now() + idle;
+                            if !started {
+                                started = true;
+                                let b = json!({"turnId": tid, "attemptId": attempt});
+                                if !commit(face, |r| status_is(r, &tid, &[TurnStatus::Dispatching, TurnStatus::Cancelling]), || vec![face.ext("turn.started", &corr, b.clone())]).await {
+                                    return false;
+                                }
+                            }
+                            got.take(face, &who, &corr, &tid, u);
+                        }
+                        None => break done.await.unwrap_or(Err(AcpError::Protocol("agent connection lost".into()))),
+                    },
+                    r = &mut done => {
+                        while let Ok(u) = updates.try_recv() {
+                            got.take(face, &who, &corr, &tid, u);
+                        }
+                        break r.unwrap_or(Err(AcpError::Protocol("agent connection lost".into())));
+                    }
+                    _ = cancel.notified() => {
+                        let _ = s.agent.cancel(&s.session_id).await;
+                        deadline = deadline.min(tokio::time::Instant::now() + CANCEL_GRACE);
+                    }
+                    _ = tokio::time::sleep_until(deadline) => {
+                        timed_out = true;
+                        let _ = s.agent.cancel(&s.session_id).await;
+                        break match tokio::time::timeout(CANCEL_GRACE, &mut done).await {
+                            Ok(Ok(r)) => r,
+                            _ => Err(AcpError::Protocol("no answer after cancel".into())),
+                        };
+                    }
+                    // The turn stays dispatched; the next start settles it interrupted.
+                    _ = shutdown.changed() => return false,
+                }
+            }
+        }
+    };
+    // 3. One commit: reasoning, tools, response, terminal.
+    let cancel_asked = status_is(&*face.room.lock().await, &tid, &[TurnStatus::Cancelling]);
+    let (status, code, drop_session): (&str, Option<ErrorCode>, bool) =
+        if let Some(_m) = &got.interaction {
+            (
+                "failed",
+                Some(ErrorCode::UnexpectedNativeInteraction),
+                false,
+            )
+        } else if timed_out && !cancel_asked {
+            ("failed", Some(ErrorCode::TurnIdleTimeout), outcome.is_err())
+        } else {
+            match &outcome {
+                Ok(StopReason::Cancelled) => ("cancelled", None, false),
+                Ok(_) if cancel_asked && got.text.is_empty() => ("cancelled", None, false),
+                Ok(_) => ("completed", None, false),
+                Err(_) if cancel_asked => ("cancelled", None, true),
+                Err(AcpError::Exited { .. }) => ("failed", Some(ErrorCode::AgentExited), true),
+                Err(AcpError::Rpc { .. }) => ("failed", Some(ErrorCode::AgentError), false),
+                Err(_) => ("failed", Some(ErrorCode::ProtocolInvalidMessage), true),
+            }
+        };
+    let mut cmds_base: Vec<Command> = Vec::new();
+    if !got.reasoning.is_empty() {
+        cmds_base.push(face.ext(
+            "turn.reasoning.recorded",
+            &corr,
+            json!({"turnId": tid, "content": clip(got.reasoning.clone(), MAX_REASONING), "terminalStatus": status}),
+        ));
+    }
+    for (id, kind, title, st) in &got.tools {
+        cmds_base.push(face.ext(
+            "tool.progress.recorded",
+            &corr,
+            json!({"turnId": tid, "toolCallId": id, "nativeType": kind, "title": title, "status": st}),
+        ));
+    }
+    let mut terminal =
+        json!({"turnId": tid, "target": target, "status": status, "attemptId": attempt});
+    if let Some(c) = code {
+        terminal["errorCode"] = c.as_str().into();
+    }
+    match &outcome {
+        Ok(r) => terminal["stopReason"] = stop_str(r).into(),
+        Err(e) => terminal["note"] = clip(e.to_string(), 2000).into(),
+    }
+    if let Some(m) = &got.interaction {
+        terminal["note"] = format!(
+            "the agent asked for {m}; GroupX runs unrestricted and answers no interaction (§9)"
+        )
+        .into();
+    }
+    let response = (status == "completed" && !got.text.trim().is_empty()).then(ids::event_id);
+    if let Some(rid) = &response {
+        terminal["responseEventId"] = rid.clone().into();
+        let mut extra = Map::new();
+        extra.insert(
+            "groupx".into(),
+            json!({"correlationId": corr.correlation_id, "rootCorrelationId": corr.root_correlation_id,
+                   "causationId": tid, "turnId": tid, "to": Vec::<String>::new()}),
+        );
+        cmds_base.push(Command::Send(SendArgs {
+            group_id: face.group_id.clone(),
+            by: cfg.id.clone(),
+            text: Some(clip(got.text.clone(), MAX_RESPONSE)),
+            reply_to: Some(turn.source_event_id.clone()),
+            extra,
+            event_id: Some(rid.clone()),
+            ..SendArgs::default()
+        }));
+    }
+    let ty = format!("turn.{status}");
+    let ok = commit(
+        face,
+        |r| {
+            status_is(
+                r,
+                &tid,
+                &[
+                    TurnStatus::Dispatching,
+                    TurnStatus::Running,
+                    TurnStatus::Cancelling,
+                ],
+            )
+        },
+        || {
+            let mut v = cmds_base.clone();
+            v.push(face.ext(&ty, &corr, terminal.clone()));
+            v
+        },
+    )
+    .await;
+    if drop_session {
+        if let Some(s) = session.take() {
+            s.agent.shutdown(Duration::from_secs(1)).await;
+        }
+        face.set_session(&cfg.id, "idle");
+        let body = json!({"agent": target, "errorCode": code.map(ErrorCode::as_str)});
+        let _ = commit(
+            face,
+            |_| true,
+            || vec![face.ext("session.stopped", &agent_corr, body.clone())],
+        )
+        .await;
+    }
+    ok
+}
+
+fn stop_str(r: &StopReason) -> String {
+    match r {
+        StopReason::EndTurn => "end_turn".into(),
+        StopReason::MaxTokens => "max_tokens".into(),
+        StopReason::MaxTurnRequests => "max_turn_requests".into(),
+        StopReason::Refusal => "refusal".into(),
+        StopReason::Cancelled => "cancelled".into(),
+        StopReason::Other(s) => s.clone(),
+    }
+}

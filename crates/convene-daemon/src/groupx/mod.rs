@@ -1,0 +1,601 @@
+//! The GroupX face (spec `groupx-protocol.md`): a broker for one room, `room:main`, with REST +
+//! SSE and a web page for the human on loopback HTTP, and turns that drive agent CLIs over ACP.
+//!
+//! The room is a ledger group (settings key [`ROOM_SETTING`]); agents are its actors (runtime
+//! `groupx`, so the CCCS runtime never delivers to them); `message.created` is the stored
+//! `chat.message`, every other GroupX type is an `x.groupx.<type>` event (see
+//! `convene_groupx::envelope`). What the broker knows of turns and commands is folded from
+//! those events ([`room::Room`]); every broker write happens under the room lock and re-checks
+//! the turn's state first, so the ledger never holds a transition the machine refuses.
+
+pub mod config;
+mod context;
+mod http;
+mod lane;
+pub mod room;
+mod sse;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use convene_core::{Command, CoreError, ErrorCode as CoreCode, SendArgs};
+use convene_groupx::envelope::{
+    self, extension_data, Correlation, Stored, LEDGER_SYSTEM, LEDGER_USER,
+};
+use convene_groupx::request::{PostMessage, Recipients};
+use convene_groupx::{ids, Envelope, ErrorCode, GroupxError, TurnStatus};
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+use tokio::sync::{broadcast, Mutex, MutexGuard, Notify};
+
+use crate::Daemon;
+pub use config::Config;
+use room::Room;
+
+/// Group setting that marks the GroupX room.
+pub const ROOM_SETTING: &str = "x_groupx_room";
+
+/// Default HTTP address (`convene serve`), used when it is free.
+pub const DEFAULT_ADDR: &str = "127.0.0.1:7390";
+
+/// Transient events buffered for slow SSE readers before they miss some.
+const TRANSIENT_BUFFER: usize = 4096;
+
+/// Largest request body.
+const MAX_BODY: usize = 256 * 1024;
+
+/// How far back bootstrap reads.
+const BOOTSTRAP_EVENTS: usize = 200;
+
+/// The face.
+pub struct Face {
+    d: Arc<Daemon>,
+    /// The daemon's home (an agent's default working directory).
+    home: std::path::PathBuf,
+    group_id: String,
+    cfg: Config,
+    room: Mutex<Room>,
+    /// Live-only events (deltas, progress): never stored, dropped for a lagging reader.
+    transient: broadcast::Sender<Arc<str>>,
+    /// Per agent: wake-up of its lane worker.
+    wake: HashMap<String, Arc<Notify>>,
+    /// Per agent: asks its running turn to cancel.
+    cancel: HashMap<String, Arc<Notify>>,
+    /// Per agent: `idle`, `starting`, `ready`, `failed`.
+    sessions: parking_lot::Mutex<HashMap<String, &'static str>>,
+}
+
+/// A stored event as the face reads it.
+#[derive(Debug, Deserialize)]
+pub(crate) struct Raw {
+    pub id: String,
+    pub seq: u64,
+    pub kind: String,
+    pub by: String,
+    pub ts: String,
+    #[serde(default)]
+    pub data: Value,
+}
+
+impl Raw {
+    fn stored(&self) -> Stored<'_> {
+        Stored {
+            id: &self.id,
+            seq: self.seq,
+            kind: &self.kind,
+            by: &self.by,
+            ts: &self.ts,
+            data: &self.data,
+        }
+    }
+}
+
+/// A started face.
+pub struct Started {
+    /// The face.
+    pub face: Arc<Face>,
+    /// Where HTTP listens.
+    pub addr: Option<SocketAddr>,
+}
+
+/// Maps a refusal of the engine to the GroupX code a client sees.
+fn from_core(e: CoreError) -> GroupxError {
+    let code = match e.code {
+        CoreCode::EventNotFound => {
+            return GroupxError::new(ErrorCode::InvalidEnvelope, e.message).field("replyToEventId")
+        }
+        CoreCode::LimitExceeded => ErrorCode::MessageTooLarge,
+        CoreCode::StorageError | CoreCode::Internal => ErrorCode::StorageError,
+        CoreCode::DaemonUnavailable => ErrorCode::Unavailable,
+        _ => ErrorCode::InvalidEnvelope,
+    };
+    GroupxError::new(code, e.message)
+}
+
+impl Face {
+    /// Opens the room (creating it and syncing the roster), folds its history, settles turns
+    /// a previous process left unfinished (§5), and starts one lane worker per agent.
+    pub async fn start(
+        d: Arc<Daemon>,
+        home: std::path::PathBuf,
+        cfg: Config,
+    ) -> Result<Arc<Face>, CoreError> {
+        let group_id = ensure_room(&d).await?;
+        sync_roster(&d, &group_id, &cfg).await?;
+        let mut room = Room::default();
+        let mut after = 0;
+        loop {
+            let (r, g) = (d.ledger.readers().clone(), group_id.clone());
+            let page = tokio::task::spawn_blocking(move || r.events_after(&g, after, 1000, &[]))
+                .await
+                .map_err(|e| CoreError::storage(e.to_string()))??;
+            let Some(last) = page.last().map(|e| e.seq) else {
+                break;
+            };
+            for e in &page {
+                if let Ok(raw) = serde_json::from_str::<Raw>(&e.json) {
+                    room.fold(raw.seq, &raw.id, &raw.kind, &raw.by, &raw.data);
+                }
+            }
+            after = last;
+        }
+        let agents: Vec<String> = cfg.agents.iter().map(|a| a.id.clone()).collect();
+        let (transient, _) = broadcast::channel(TRANSIENT_BUFFER);
+        let face = Arc::new(Face {
+            d,
+            home,
+            group_id,
+            room: Mutex::new(room),
+            transient,
+            wake: agents
+                .iter()
+                .map(|a| (a.clone(), Arc::new(Notify::new())))
+                .collect(),
+            cancel: agents
+                .iter()
+                .map(|a| (a.clone(), Arc::new(Notify::new())))
+                .collect(),
+            sessions: parking_lot::Mutex::new(agents.iter().map(|a| (a.clone(), "idle")).collect()),
+            cfg,
+        });
+        face.recover().await;
+        for a in face.cfg.agents.iter().filter(|a| a.enabled) {
+            lane::spawn(face.clone(), a.clone());
+        }
+        Ok(face)
+    }
+
+    /// §5 recovery: never re-run what may have reached an agent.
+    async fn recover(&self) {
+        let mut room = self.room.lock().await;
+        let todo: Vec<(String, String, convene_groupx::Recovery, Correlation)> = room
+            .unfinished()
+            .into_iter()
+            .map(|t| {
+                (
+                    t.turn_id.clone(),
+                    t.target.clone(),
+                    t.state.recovery(),
+                    t.corr.clone(),
+                )
+            })
+            .collect();
+        for (turn_id, target, rec, corr) in todo {
+            let (ty, status, code, note) = match rec {
+                convene_groupx::Recovery::Cancel => ("turn.cancelled", "cancelled", None, "cancelled before it reached the agent"),
+                convene_groupx::Recovery::Interrupt => (
+                    "turn.interrupted",
+                    "interrupted",
+                    Some(ErrorCode::InterruptedByRestart.as_str()),
+                    "the broker stopped while this turn was dispatched; it is not re-run (retry it if needed)",
+                ),
+                _ => continue,
+            };
+            let mut body = json!({"turnId": turn_id, "target": format!("agent:{target}"), "status": status, "note": note});
+            if let Some(c) = code {
+                body["errorCode"] = c.into();
+            }
+            if let Err(e) = self
+                .append(&mut room, vec![self.ext(ty, &corr, body)])
+                .await
+            {
+                tracing::warn!(error = %e, turn = %turn_id, "groupx: could not settle a turn at start");
+            }
+        }
+    }
+
+    /// The ledger group of the room.
+    pub fn group_id(&self) -> &str {
+        &self.group_id
+    }
+
+    /// Display name of a GroupX actor id.
+    fn name_of(&self, actor_id: &str) -> Option<String> {
+        let id = envelope::agent_ledger_id(actor_id)?;
+        self.cfg.agent(id).map(|a| {
+            if a.name.is_empty() {
+                a.id.clone()
+            } else {
+                a.name.clone()
+            }
+        })
+    }
+
+    /// The GroupX envelope of a stored event, if it has one.
+    pub(crate) fn project(&self, json: &str) -> Option<Envelope> {
+        let raw: Raw = serde_json::from_str(json).ok()?;
+        envelope::project(raw.stored(), &|id| self.name_of(id))
+    }
+
+    /// An `x.groupx.<ty>` append by the broker.
+    fn ext(&self, ty: &str, corr: &Correlation, body: Value) -> Command {
+        Command::AppendExtension {
+            group_id: self.group_id.clone(),
+            by: LEDGER_SYSTEM.into(),
+            kind: format!("{}{ty}", envelope::KIND_PREFIX),
+            data: extension_data(corr, body),
+        }
+    }
+
+    /// Commits `cmds` as one unit and folds what committed. Callers hold the room lock.
+    async fn append(
+        &self,
+        room: &mut MutexGuard<'_, Room>,
+        cmds: Vec<Command>,
+    ) -> Result<Vec<(u64, String)>, GroupxError> {
+        let rx = self.d.ledger.submit_many(cmds).await.map_err(from_core)?;
+        let answers = rx
+            .await
+            .map_err(|_| GroupxError::new(ErrorCode::Unavailable, "the ledger stopped"))?;
+        let mut out = Vec::new();
+        let mut first_err = None;
+        for a in answers {
+            match a {
+                Ok(c) => {
+                    for (ev, _) in &c.events {
+                        room.fold(ev.seq, &ev.id, &ev.kind, &ev.by, &ev.data);
+                        out.push((ev.seq, ev.id.clone()));
+                    }
+                }
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        match first_err {
+            Some(e) => Err(from_core(e)),
+            None => Ok(out),
+        }
+    }
+
+    /// Publishes a transient envelope to live readers.
+    fn publish(&self, env: &Envelope) {
+        if let Ok(s) = serde_json::to_string(env) {
+            let _ = self.transient.send(Arc::from(s));
+        }
+    }
+
+    fn set_session(&self, agent: &str, state: &'static str) {
+        self.sessions.lock().insert(agent.to_string(), state);
+    }
+
+    /// `POST /api/messages` (§10.2): the message and one queued turn per target, in one
+    /// commit; a retry with the same clientCommandId answers the first result.
+    pub async fn post_message(&self, p: PostMessage) -> Result<Value, GroupxError> {
+        let mut room = self.room.lock().await;
+        if let Some(c) = room.commands.get(&p.client_command_id) {
+            if c.canonical != p.canonical() {
+                return Err(GroupxError::new(
+                    ErrorCode::ClientCommandConflict,
+                    "this clientCommandId was used for another message",
+                )
+                .field("clientCommandId"));
+            }
+            let c = c.clone();
+            return Ok(self.post_answer(&room, &c.message_event_id, &c.correlation_id, &c.turns));
+        }
+        let targets: Vec<String> = match &p.to {
+            Recipients::All => self
+                .cfg
+                .agents
+                .iter()
+                .filter(|a| a.enabled)
+                .map(|a| a.id.clone())
+                .collect(),
+            Recipients::Agents(list) => {
+                let mut v = Vec::new();
+                for t in list {
+                    let id = envelope::agent_ledger_id(t).unwrap_or_default();
+                    match self.cfg.agent(id) {
+                        Some(a) if a.enabled => v.push(a.id.clone()),
+                        Some(_) => {
+                            return Err(GroupxError::new(
+                                ErrorCode::UnknownTarget,
+                                format!("{t} is disabled"),
+                            )
+                            .field("to"))
+                        }
+                        None => {
+                            return Err(GroupxError::new(
+                                ErrorCode::UnknownTarget,
+                                format!("{t} is not an agent of this room"),
+                            )
+                            .field("to"))
+                        }
+                    }
+                }
+                v
+            }
+        };
+        let cap = self.cfg.limits.queue_per_agent;
+        if let Some(t) = targets.iter().find(|t| room.depth(t) >= cap) {
+            return Err(GroupxError::new(
+                ErrorCode::QueueCapacityReached,
+                format!("agent:{t} already has {cap} unfinished turns"),
+            )
+            .field("to"));
+        }
+        let msg_id = ids::event_id();
+        let corr_id = ids::correlation_id();
+        let gx_to: Vec<String> = targets.iter().map(|t| format!("agent:{t}")).collect();
+        let mut extra = Map::new();
+        extra.insert(
+            "groupx".into(),
+            json!({"correlationId": corr_id, "rootCorrelationId": corr_id,
+                   "clientCommandId": p.client_command_id, "canonical": p.canonical(),
+                   "to": gx_to, "binding": "user:web"}),
+        );
+        let mut cmds = vec![Command::Send(SendArgs {
+            group_id: self.group_id.clone(),
+            by: LEDGER_USER.into(),
+            text: Some(p.content.clone()),
+            to: targets.clone(),
+            reply_to: p.reply_to_event_id.clone(),
+            extra,
+            event_id: Some(msg_id.clone()),
+            ..SendArgs::default()
+        })];
+        for t in &targets {
+            let corr = Correlation {
+                correlation_id: corr_id.clone(),
+                root_correlation_id: corr_id.clone(),
+                causation_id: Some(msg_id.clone()),
+                to: vec![format!("agent:{t}")],
+            };
+            let body = json!({"turnId": ids::turn_id(), "target": format!("agent:{t}"),
+                "sourceEventId": msg_id, "queuePosition": room.depth(t), "status": "queued",
+                "transport": "structured", "commandType": "web.message"});
+            cmds.push(self.ext("turn.queued", &corr, body));
+        }
+        self.append(&mut room, cmds).await?;
+        let c = room
+            .commands
+            .get(&p.client_command_id)
+            .cloned()
+            .ok_or_else(|| GroupxError::new(ErrorCode::StorageError, "command not folded"))?;
+        let answer = self.post_answer(&room, &c.message_event_id, &c.correlation_id, &c.turns);
+        drop(room);
+        for t in &targets {
+            if let Some(w) = self.wake.get(t) {
+                w.notify_one();
+            }
+        }
+        Ok(answer)
+    }
+
+    fn post_answer(
+        &self,
+        room: &Room,
+        msg: &str,
+        corr: &str,
+        turns: &[(String, String, usize)],
+    ) -> Value {
+        let turns: Vec<Value> = turns
+            .iter()
+            .map(|(target, turn_id, pos)| {
+                let mut t = json!({"target": target, "turnId": turn_id, "status": "queued",
+                    "transport": "structured", "queuePosition": pos});
+                let agent = envelope::agent_ledger_id(target).unwrap_or_default();
+                if let Some(a) = room.active(agent).filter(|a| &a.turn_id != turn_id) {
+                    t["activeTurnId"] = a.turn_id.clone().into();
+                }
+                t
+            })
+            .collect();
+        json!({"messageEventId": msg, "correlationId": corr, "turns": turns})
+    }
+
+    /// `POST /api/turns/:id/cancel` (§10.3): records the intent; a queued turn is cancelled at
+    /// once, a dispatched one is asked to stop and settles through its terminal event.
+    pub async fn cancel(&self, turn_id: &str) -> Result<Value, GroupxError> {
+        let mut room = self.room.lock().await;
+        let Some(t) = room.turns.get(turn_id).cloned() else {
+            return Err(GroupxError::new(
+                ErrorCode::UnknownTurn,
+                format!("no turn {turn_id}"),
+            ));
+        };
+        let status = match t.state.status {
+            TurnStatus::Queued => {
+                let body = json!({"turnId": turn_id, "target": format!("agent:{}", t.target),
+                    "status": "cancelled", "note": "cancelled before dispatch"});
+                self.append(&mut room, vec![self.ext("turn.cancelled", &t.corr, body)])
+                    .await?;
+                TurnStatus::Cancelled
+            }
+            TurnStatus::Dispatching | TurnStatus::Running => {
+                let body = json!({"turnId": turn_id, "target": format!("agent:{}", t.target)});
+                self.append(&mut room, vec![self.ext("turn.cancelling", &t.corr, body)])
+                    .await?;
+                if let Some(c) = self.cancel.get(&t.target) {
+                    c.notify_one();
+                }
+                TurnStatus::Cancelling
+            }
+            TurnStatus::Cancelling => {
+                // Ask again: the agent may have missed it.
+                if let Some(c) = self.cancel.get(&t.target) {
+                    c.notify_one();
+                }
+                TurnStatus::Cancelling
+            }
+            done => done,
+        };
+        Ok(json!({"turnId": turn_id, "status": status.as_str(), "transport": "structured"}))
+    }
+
+    /// `GET /api/bootstrap` (§10.1).
+    pub async fn bootstrap(&self) -> Result<Value, GroupxError> {
+        let room = self.room.lock().await;
+        let cursor = self
+            .d
+            .ledger
+            .hub()
+            .get(&self.group_id)
+            .map(|f| f.head())
+            .unwrap_or(room.head)
+            .max(room.head);
+        let turns: Vec<Value> = room
+            .unfinished()
+            .into_iter()
+            .map(|t| {
+                json!({"turnId": t.turn_id, "targetActorId": format!("agent:{}", t.target),
+                "status": t.state.status.as_str(), "sourceEventId": t.source_event_id})
+            })
+            .collect();
+        drop(room);
+        let (r, g) = (self.d.ledger.readers().clone(), self.group_id.clone());
+        let raw = tokio::task::spawn_blocking(move || {
+            r.events_before(&g, cursor + 1, BOOTSTRAP_EVENTS * 2, &[])
+        })
+        .await
+        .map_err(|e| GroupxError::new(ErrorCode::StorageError, e.to_string()))?
+        .map_err(|e| from_core(e.into()))?;
+        let mut events: Vec<Envelope> = raw.iter().filter_map(|e| self.project(&e.json)).collect();
+        if events.len() > BOOTSTRAP_EVENTS {
+            events.drain(..events.len() - BOOTSTRAP_EVENTS);
+        }
+        let sessions = self.sessions.lock().clone();
+        let agents: Vec<Value> = self
+            .cfg
+            .agents
+            .iter()
+            .map(|a| {
+                json!({"actorId": format!("agent:{}", a.id),
+                "displayName": if a.name.is_empty() { &a.id } else { &a.name },
+                "enabled": a.enabled, "driver": a.driver,
+                "session": sessions.get(&a.id).copied().unwrap_or("idle")})
+            })
+            .collect();
+        Ok(
+            json!({"room": {"roomId": envelope::ROOM_ID, "title": "main"},
+            "self": {"actorId": envelope::USER_WEB}, "agents": agents,
+            "events": events, "turns": turns, "cursor": cursor}),
+        )
+    }
+
+    /// `GET /api/health` (§10.6).
+    pub fn health(&self) -> Value {
+        json!({"service": "groupx", "protocol": "groupx.runtime/1", "status": "ok",
+            "runtimeKey": self.cfg.runtime_key, "runtimeScopeKey": self.cfg.runtime_scope_key})
+    }
+}
+
+/// The room's group: found by its setting, created on first start.
+async fn ensure_room(d: &Daemon) -> Result<String, CoreError> {
+    let found = d
+        .ledger
+        .engine()
+        .groups()
+        .into_iter()
+        .find(|g| {
+            g.settings.extra.get(ROOM_SETTING).and_then(Value::as_str) == Some(envelope::ROOM_ID)
+        })
+        .map(|g| g.group_id.clone());
+    if let Some(g) = found {
+        return Ok(g);
+    }
+    let mut settings = Map::new();
+    settings.insert(ROOM_SETTING.into(), envelope::ROOM_ID.into());
+    let c = d
+        .ledger
+        .execute(Command::GroupCreate {
+            by: LEDGER_SYSTEM.into(),
+            title: "groupx main".into(),
+            topic: "GroupX room:main".into(),
+            settings,
+        })
+        .await?;
+    c.primary()
+        .map(|e| e.group_id.clone())
+        .ok_or_else(|| CoreError::storage("group create answered no event"))
+}
+
+/// Every configured agent is an actor of the room (runtime `groupx`: the broker drives it,
+/// the CCCS runtime never does); enabled as configured. Agents no longer configured stay
+/// (their history is theirs) but are disabled.
+async fn sync_roster(d: &Daemon, gid: &str, cfg: &Config) -> Result<(), CoreError> {
+    let actors: Vec<(String, bool)> = d
+        .ledger
+        .engine()
+        .group(gid)
+        .map(|g| g.actors.iter().map(|a| (a.id.clone(), a.enabled)).collect())
+        .unwrap_or_default();
+    for a in &cfg.agents {
+        match actors.iter().find(|(id, _)| id == &a.id) {
+            None => {
+                let mut spec = Map::new();
+                spec.insert("actor_id".into(), a.id.clone().into());
+                spec.insert(
+                    "title".into(),
+                    if a.name.is_empty() {
+                        a.id.clone()
+                    } else {
+                        a.name.clone()
+                    }
+                    .into(),
+                );
+                spec.insert("runtime".into(), "groupx".into());
+                spec.insert("enabled".into(), a.enabled.into());
+                d.ledger
+                    .execute(Command::ActorAdd {
+                        group_id: gid.into(),
+                        by: LEDGER_SYSTEM.into(),
+                        spec,
+                    })
+                    .await?;
+            }
+            Some((_, en)) if *en != a.enabled => {
+                let mut patch = Map::new();
+                patch.insert("enabled".into(), a.enabled.into());
+                d.ledger
+                    .execute(Command::ActorUpdate {
+                        group_id: gid.into(),
+                        by: LEDGER_SYSTEM.into(),
+                        actor_id: a.id.clone(),
+                        patch,
+                    })
+                    .await?;
+            }
+            _ => {}
+        }
+    }
+    for (id, en) in actors {
+        if en && cfg.agent(&id).is_none() {
+            let mut patch = Map::new();
+            patch.insert("enabled".into(), false.into());
+            d.ledger
+                .execute(Command::ActorUpdate {
+                    group_id: gid.into(),
+                    by: LEDGER_SYSTEM.into(),
+                    actor_id: id,
+                    patch,
+                })
+                .await?;
+        }
+    }
+    Ok(())
+}
+
+pub use http::serve;

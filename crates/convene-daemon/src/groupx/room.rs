@@ -1,0 +1,272 @@
+//! The broker's projection of its room: turns, lanes and client commands, folded from the
+//! room's ledger events. The same `fold` runs on every event the broker commits and, at start,
+//! over the whole room, so what the broker believes is always what the ledger says.
+
+use std::collections::{HashMap, VecDeque};
+
+use convene_groupx::envelope::{Correlation, KIND_PREFIX};
+use convene_groupx::{TurnEvent, TurnState, TurnStatus};
+use serde_json::Value;
+
+/// One turn.
+#[derive(Debug, Clone)]
+pub struct Turn {
+    /// Id.
+    pub turn_id: String,
+    /// Target agent (ledger id).
+    pub target: String,
+    /// The message that asked for it.
+    pub source_event_id: String,
+    /// Its seq.
+    pub source_seq: u64,
+    /// Chain fields.
+    pub corr: Correlation,
+    /// State machine.
+    pub state: TurnState,
+    /// Error code of a failed turn.
+    pub error_code: Option<String>,
+}
+
+/// A `clientCommandId` already served, and what it answered.
+#[derive(Debug, Clone)]
+pub struct CommandRec {
+    /// The payload it was used with.
+    pub canonical: String,
+    /// The message it created.
+    pub message_event_id: String,
+    /// Its chain.
+    pub correlation_id: String,
+    /// `(target GroupX id, turn id, queue position)`, in creation order.
+    pub turns: Vec<(String, String, usize)>,
+}
+
+/// The projection.
+#[derive(Debug, Default)]
+pub struct Room {
+    /// Turns by id.
+    pub turns: HashMap<String, Turn>,
+    /// Per agent: unfinished turns in enqueue order (the lane, FIFO).
+    pub lanes: HashMap<String, VecDeque<String>>,
+    /// Served commands by `clientCommandId` (binding `user:web`).
+    pub commands: HashMap<String, CommandRec>,
+    /// Message event id → its command id.
+    by_message: HashMap<String, String>,
+    /// Per agent: the source seq of its last finished turn (what its context starts after).
+    pub seen_up_to: HashMap<String, u64>,
+    /// Highest seq folded.
+    pub head: u64,
+}
+
+fn body(data: &Value) -> &Value {
+    data.get("body").unwrap_or(&Value::Null)
+}
+
+fn s(v: &Value, k: &str) -> String {
+    v.get(k)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn correlation(data: &Value) -> Correlation {
+    let g = data.get("groupx").cloned().unwrap_or(Value::Null);
+    Correlation {
+        correlation_id: s(&g, "correlationId"),
+        root_correlation_id: s(&g, "rootCorrelationId"),
+        causation_id: g
+            .get("causationId")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        to: Vec::new(),
+    }
+}
+
+impl Room {
+    /// Folds one committed event of the room. Only broker-authored (`system`) turn events
+    /// move turns: nothing another face appends can complete or cancel a turn.
+    pub fn fold(&mut self, seq: u64, id: &str, kind: &str, by: &str, data: &Value) {
+        self.head = self.head.max(seq);
+        if kind == "chat.message" {
+            let g = data.get("groupx");
+            if let Some(cid) = g
+                .and_then(|g| g.get("clientCommandId"))
+                .and_then(Value::as_str)
+            {
+                if by == convene_groupx::envelope::LEDGER_USER {
+                    let rec = CommandRec {
+                        canonical: g.map(|g| s(g, "canonical")).unwrap_or_default(),
+                        message_event_id: id.to_string(),
+                        correlation_id: g.map(|g| s(g, "correlationId")).unwrap_or_default(),
+                        turns: Vec::new(),
+                    };
+                    self.by_message.insert(id.to_string(), cid.to_string());
+                    self.commands.entry(cid.to_string()).or_insert(rec);
+                }
+            }
+            return;
+        }
+        let Some(t) = kind.strip_prefix(KIND_PREFIX) else {
+            return;
+        };
+        if by != convene_groupx::envelope::LEDGER_SYSTEM {
+            return;
+        }
+        let b = body(data);
+        let turn_id = s(b, "turnId");
+        if t == "turn.queued" {
+            let target = s(b, "target");
+            let Some(agent) = convene_groupx::envelope::agent_ledger_id(&target) else {
+                return;
+            };
+            let source = s(b, "sourceEventId");
+            let pos = b.get("queuePosition").and_then(Value::as_u64).unwrap_or(0) as usize;
+            if let Some(cid) = self.by_message.get(&source) {
+                if let Some(c) = self.commands.get_mut(cid) {
+                    c.turns.push((target.clone(), turn_id.clone(), pos));
+                }
+            }
+            let turn = Turn {
+                turn_id: turn_id.clone(),
+                target: agent.to_string(),
+                source_event_id: source,
+                source_seq: b.get("sourceSeq").and_then(Value::as_u64).unwrap_or(0),
+                corr: correlation(data),
+                state: TurnState::new(),
+                error_code: None,
+            };
+            self.lanes
+                .entry(agent.to_string())
+                .or_default()
+                .push_back(turn_id.clone());
+            self.turns.insert(turn_id, turn);
+            return;
+        }
+        let ev = match t {
+            "turn.dispatched" => TurnEvent::Dispatched,
+            "turn.started" => TurnEvent::Started,
+            "turn.cancelling" => TurnEvent::CancelRequested,
+            "turn.completed" => TurnEvent::Completed,
+            "turn.failed" => TurnEvent::Failed,
+            "turn.cancelled" => TurnEvent::Cancelled,
+            "turn.interrupted" => TurnEvent::Interrupted,
+            _ => return,
+        };
+        let Some(turn) = self.turns.get_mut(&turn_id) else {
+            return;
+        };
+        if turn.state.apply(ev).is_err() {
+            tracing::warn!(turn = %turn_id, event = t, "groupx: transition refused while folding");
+            return;
+        }
+        if let Some(code) = b.get("errorCode").and_then(Value::as_str) {
+            turn.error_code = Some(code.to_string());
+        }
+        if turn.state.status.is_terminal() {
+            let (agent, src) = (turn.target.clone(), turn.source_seq);
+            if let Some(lane) = self.lanes.get_mut(&agent) {
+                lane.retain(|x| x != &turn_id);
+            }
+            let seen = self.seen_up_to.entry(agent).or_default();
+            *seen = (*seen).max(src);
+        }
+    }
+
+    /// Unfinished turns of an agent (its queue depth).
+    pub fn depth(&self, agent: &str) -> usize {
+        self.lanes.get(agent).map_or(0, VecDeque::len)
+    }
+
+    /// The agent's next turn still waiting to be dispatched.
+    pub fn next_queued(&self, agent: &str) -> Option<&Turn> {
+        self.lanes
+            .get(agent)?
+            .iter()
+            .filter_map(|id| self.turns.get(id))
+            .find(|t| t.state.status == TurnStatus::Queued)
+    }
+
+    /// The agent's turn in flight (dispatched, running or cancelling).
+    pub fn active(&self, agent: &str) -> Option<&Turn> {
+        self.lanes
+            .get(agent)?
+            .iter()
+            .filter_map(|id| self.turns.get(id))
+            .find(|t| t.state.status != TurnStatus::Queued)
+    }
+
+    /// Every unfinished turn, in lane order per agent.
+    pub fn unfinished(&self) -> Vec<&Turn> {
+        let mut v: Vec<&Turn> = self
+            .lanes
+            .values()
+            .flatten()
+            .filter_map(|id| self.turns.get(id))
+            .collect();
+        v.sort_by_key(|t| t.source_seq);
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ext(turn: &str, extra: Value) -> Value {
+        let mut b = json!({"turnId": turn});
+        if let (Some(o), Some(e)) = (b.as_object_mut(), extra.as_object()) {
+            o.extend(e.clone());
+        }
+        json!({"groupx": {"correlationId": "c", "rootCorrelationId": "c"}, "body": b})
+    }
+
+    #[test]
+    fn a_turn_folds_from_queued_to_terminal_and_leaves_its_lane() {
+        let mut r = Room::default();
+        r.fold(1, "evt_1", "chat.message", "user", &json!({"text": "x", "groupx": {"clientCommandId": "k", "canonical": "p", "correlationId": "c"}}));
+        r.fold(
+            2,
+            "e2",
+            "x.groupx.turn.queued",
+            "system",
+            &ext(
+                "t1",
+                json!({"target": "agent:a", "sourceEventId": "evt_1", "sourceSeq": 1}),
+            ),
+        );
+        assert_eq!(r.depth("a"), 1);
+        assert_eq!(
+            r.commands["k"].turns,
+            vec![("agent:a".to_string(), "t1".to_string(), 0)]
+        );
+        assert_eq!(r.next_queued("a").unwrap().turn_id, "t1");
+        r.fold(
+            3,
+            "e3",
+            "x.groupx.turn.dispatched",
+            "system",
+            &ext("t1", json!({})),
+        );
+        assert!(r.next_queued("a").is_none());
+        assert_eq!(r.active("a").unwrap().turn_id, "t1");
+        // Another face cannot settle a turn.
+        r.fold(
+            4,
+            "e4",
+            "x.groupx.turn.completed",
+            "user",
+            &ext("t1", json!({})),
+        );
+        assert_eq!(r.depth("a"), 1);
+        r.fold(
+            5,
+            "e5",
+            "x.groupx.turn.failed",
+            "system",
+            &ext("t1", json!({"errorCode": "AGENT_EXITED"})),
+        );
+        assert_eq!(r.depth("a"), 0);
+        assert_eq!(r.turns["t1"].error_code.as_deref(), Some("AGENT_EXITED"));
+        assert_eq!(r.seen_up_to["a"], 1);
+    }
+}

@@ -1,0 +1,297 @@
+//! REST request bodies (§10.2, §10.3) and their validation. Refusals follow §3.2: a request
+//! that tries to name its sender is `SENDER_FIELD_FORBIDDEN`, never partly honoured.
+
+use serde_json::{Map, Value};
+
+use crate::error::{ErrorCode, GroupxError};
+
+/// Fields no request may carry: the sender comes from the binding, never the body (§3.2).
+pub const SENDER_FIELDS: &[&str] = &["from", "actor", "provenance", "sender", "actorId"];
+
+/// Fields fixed by the runtime, never per request (§1, §10.3).
+pub const RUNTIME_FIELDS: &[&str] = &["transport", "access"];
+
+/// Longest clientCommandId.
+pub const MAX_CLIENT_COMMAND_ID: usize = 128;
+
+/// Who a message wakes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recipients {
+    /// `@all`: every enabled agent.
+    All,
+    /// These agents (`agent:<id>`, in the order given, without repeats).
+    Agents(Vec<String>),
+}
+
+/// `POST /api/messages`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PostMessage {
+    /// The caller's retry key.
+    pub client_command_id: String,
+    /// Recipients.
+    pub to: Recipients,
+    /// Text.
+    pub content: String,
+    /// Visible reply relation.
+    pub reply_to_event_id: Option<String>,
+}
+
+impl PostMessage {
+    /// The payload a retry must repeat exactly (§8.1): same key, other payload = conflict.
+    pub fn canonical(&self) -> String {
+        let to: Vec<&str> = match &self.to {
+            Recipients::All => vec!["@all"],
+            Recipients::Agents(a) => a.iter().map(String::as_str).collect(),
+        };
+        serde_json::json!({"to": to, "content": self.content, "replyToEventId": self.reply_to_event_id})
+            .to_string()
+    }
+}
+
+fn invalid(msg: impl Into<String>, field: &str) -> GroupxError {
+    GroupxError::new(ErrorCode::InvalidEnvelope, msg).field(field)
+}
+
+/// The body as an object, refusing sender and runtime fields first.
+fn object(body: &[u8]) -> Result<Map<String, Value>, GroupxError> {
+    let v: Value = if body.iter().all(u8::is_ascii_whitespace) {
+        Value::Object(Map::new())
+    } else {
+        serde_json::from_slice(body).map_err(|e| {
+            GroupxError::new(ErrorCode::InvalidEnvelope, format!("body is not JSON: {e}"))
+        })?
+    };
+    let Value::Object(m) = v else {
+        return Err(GroupxError::new(
+            ErrorCode::InvalidEnvelope,
+            "body must be a JSON object",
+        ));
+    };
+    if let Some(f) = SENDER_FIELDS.iter().find(|f| m.contains_key(**f)) {
+        return Err(GroupxError::new(
+            ErrorCode::SenderFieldForbidden,
+            format!("`{f}` may not be given: the sender is the caller's binding"),
+        )
+        .field(f));
+    }
+    if let Some(f) = RUNTIME_FIELDS.iter().find(|f| m.contains_key(**f)) {
+        return Err(invalid(
+            format!("`{f}` is fixed by the runtime and may not be set per request"),
+            f,
+        ));
+    }
+    Ok(m)
+}
+
+/// Parses and validates a `POST /api/messages` body; `max_content` bytes of text at most.
+pub fn parse_post_message(body: &[u8], max_content: usize) -> Result<PostMessage, GroupxError> {
+    let m = object(body)?;
+    const KNOWN: &[&str] = &[
+        "clientCommandId",
+        "to",
+        "content",
+        "replyToEventId",
+        "supervision",
+    ];
+    if let Some(k) = m.keys().find(|k| !KNOWN.contains(&k.as_str())) {
+        return Err(invalid(format!("unknown field `{k}`"), k));
+    }
+    if m.get("supervision").is_some_and(|v| !v.is_null()) {
+        return Err(invalid(
+            "supervision pairs are not supported by this broker yet",
+            "supervision",
+        ));
+    }
+    let id = match m.get("clientCommandId") {
+        Some(Value::String(s)) if !s.is_empty() && s.len() <= MAX_CLIENT_COMMAND_ID => s.clone(),
+        Some(Value::String(_)) => {
+            return Err(invalid(
+                format!("clientCommandId must be 1-{MAX_CLIENT_COMMAND_ID} bytes"),
+                "clientCommandId",
+            ))
+        }
+        _ => {
+            return Err(invalid(
+                "clientCommandId (a string) is required",
+                "clientCommandId",
+            ))
+        }
+    };
+    if id.chars().any(char::is_control) {
+        return Err(invalid(
+            "clientCommandId has control characters",
+            "clientCommandId",
+        ));
+    }
+    let content = match m.get("content") {
+        Some(Value::String(s)) if !s.trim().is_empty() => s.clone(),
+        Some(Value::String(_)) => return Err(invalid("content is empty", "content")),
+        _ => return Err(invalid("content (a string) is required", "content")),
+    };
+    if content.len() > max_content {
+        return Err(GroupxError::new(
+            ErrorCode::MessageTooLarge,
+            format!(
+                "content is {} bytes; the limit is {max_content}",
+                content.len()
+            ),
+        )
+        .field("content"));
+    }
+    let to = recipients(m.get("to"))?;
+    let reply_to_event_id = match m.get("replyToEventId") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
+        _ => {
+            return Err(invalid(
+                "replyToEventId must be an event id or null",
+                "replyToEventId",
+            ))
+        }
+    };
+    Ok(PostMessage {
+        client_command_id: id,
+        to,
+        content,
+        reply_to_event_id,
+    })
+}
+
+fn recipients(v: Option<&Value>) -> Result<Recipients, GroupxError> {
+    let Some(Value::Array(items)) = v else {
+        return Err(invalid(
+            "to must be a non-empty array of agent ids or [\"@all\"]",
+            "to",
+        ));
+    };
+    if items.is_empty() {
+        return Err(invalid(
+            "to is empty: name at least one agent, or @all",
+            "to",
+        ));
+    }
+    let mut out: Vec<String> = Vec::new();
+    let mut all = false;
+    for it in items {
+        let Some(s) = it.as_str() else {
+            return Err(invalid("to holds only strings", "to"));
+        };
+        if s == "@all" {
+            all = true;
+        } else if crate::envelope::agent_ledger_id(s).is_some() {
+            if !out.iter().any(|x| x == s) {
+                out.push(s.to_string());
+            }
+        } else {
+            return Err(GroupxError::new(
+                ErrorCode::UnknownTarget,
+                format!("`{s}` is not an agent id (agent:<id>) or @all"),
+            )
+            .field("to"));
+        }
+    }
+    Ok(if all {
+        Recipients::All
+    } else {
+        Recipients::Agents(out)
+    })
+}
+
+/// `POST /api/turns/:id/cancel`: an empty body or `{}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CancelRequest;
+
+/// Validates a cancel body: nothing may be set, least of all transport or access (§10.3).
+pub fn parse_cancel(body: &[u8]) -> Result<CancelRequest, GroupxError> {
+    let m = object(body)?;
+    if let Some(k) = m.keys().next() {
+        return Err(invalid(format!("unknown field `{k}`"), k));
+    }
+    Ok(CancelRequest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn post(s: &str) -> Result<PostMessage, GroupxError> {
+        parse_post_message(s.as_bytes(), 100)
+    }
+
+    #[test]
+    fn a_valid_message() {
+        let p = post(r#"{"clientCommandId":"c1","to":["agent:a","agent:b","agent:a"],"content":"hi","replyToEventId":null}"#).unwrap();
+        assert_eq!(
+            p.to,
+            Recipients::Agents(vec!["agent:a".into(), "agent:b".into()])
+        );
+        let all = post(r#"{"clientCommandId":"c1","to":["@all"],"content":"hi"}"#).unwrap();
+        assert_eq!(all.to, Recipients::All);
+        assert_ne!(p.canonical(), all.canonical());
+    }
+
+    #[test]
+    fn sender_fields_are_refused_before_anything_else() {
+        for f in ["from", "actor", "provenance"] {
+            let e = post(&format!(r#"{{"{f}":"agent:x","content":""}}"#)).unwrap_err();
+            assert_eq!(e.code, ErrorCode::SenderFieldForbidden, "{f}");
+        }
+    }
+
+    #[test]
+    fn bad_bodies_get_their_codes() {
+        let cases = [
+            (r#"[1]"#, ErrorCode::InvalidEnvelope),
+            (
+                r#"{"clientCommandId":"c","to":["agent:a"],"content":"x","transport":"direct"}"#,
+                ErrorCode::InvalidEnvelope,
+            ),
+            (
+                r#"{"clientCommandId":"c","to":["agent:a"],"content":"x","zz":1}"#,
+                ErrorCode::InvalidEnvelope,
+            ),
+            (
+                r#"{"to":["agent:a"],"content":"x"}"#,
+                ErrorCode::InvalidEnvelope,
+            ),
+            (
+                r#"{"clientCommandId":"c","to":[],"content":"x"}"#,
+                ErrorCode::InvalidEnvelope,
+            ),
+            (
+                r#"{"clientCommandId":"c","to":["codex"],"content":"x"}"#,
+                ErrorCode::UnknownTarget,
+            ),
+            (
+                r#"{"clientCommandId":"c","to":["agent:a"],"content":"   "}"#,
+                ErrorCode::InvalidEnvelope,
+            ),
+            (
+                r#"{"clientCommandId":"c","to":["agent:a"],"content":"x","supervision":{"observers":["agent:b"]}}"#,
+                ErrorCode::InvalidEnvelope,
+            ),
+        ];
+        for (body, code) in cases {
+            assert_eq!(post(body).unwrap_err().code, code, "{body}");
+        }
+        let big = format!(
+            r#"{{"clientCommandId":"c","to":["agent:a"],"content":"{}"}}"#,
+            "x".repeat(101)
+        );
+        assert_eq!(post(&big).unwrap_err().code, ErrorCode::MessageTooLarge);
+    }
+
+    #[test]
+    fn cancel_takes_nothing() {
+        assert!(parse_cancel(b"").is_ok());
+        assert!(parse_cancel(b"{}").is_ok());
+        assert_eq!(
+            parse_cancel(br#"{"transport":"direct"}"#).unwrap_err().code,
+            ErrorCode::InvalidEnvelope
+        );
+        assert_eq!(
+            parse_cancel(br#"{"from":"x"}"#).unwrap_err().code,
+            ErrorCode::SenderFieldForbidden
+        );
+    }
+}
