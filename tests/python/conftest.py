@@ -68,7 +68,8 @@ class Daemon:
         self.proc = subprocess.Popen(
             [convene_bin(), "--home", str(self.home), "serve", "--heartbeat-ms", "500",
              # Tests never take the shared Cowchat default port unless they ask for TCP.
-             *([] if "--cowchat-tcp" in self.extra else ["--no-cowchat-tcp"]), *self.extra],
+             *([] if "--cowchat-tcp" in self.extra else ["--no-cowchat-tcp"]),
+             *([] if "--groupx" in self.extra else ["--no-groupx"]), *self.extra],
             stdout=log, stderr=log, env=env,
         )
         if wait:

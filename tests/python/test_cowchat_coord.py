@@ -360,10 +360,11 @@ def test_a_voter_removed_without_a_voter_left_record_no_longer_holds_the_vote_af
         assert v["eligible_voters"] == 3
         a.ok("cast_vote", {"vote_id": v["vote_id"], "option_index": 0})
         b.ok("cast_vote", {"vote_id": v["vote_id"], "option_index": 1})
-        # The same state a kill -9 right after the removal's commit leaves.
+        # A kill -9 right after the removal's commit: the change follower may or may not
+        # have settled the vote before the kill (it reacts to IPC removals at once), so the
+        # start-up reconciliation and the live follower must end in the same single record.
         r = d.raw({"v": 1, "op": "actor_remove", "args": {"group_id": room, "actor_id": "carol", "by": "user"}})
         assert r["ok"] is True, r
-        assert a.ok("get_vote_status", {"vote_id": v["vote_id"]})["status"] == "open"
         d.kill9()
         d = start(home, port)
         a = CC(d.cowchat_unix)
