@@ -280,6 +280,14 @@ pub enum Command {
         /// Data.
         data: Value,
     },
+    /// Several appends that commit together or not at all (a face's message and the events
+    /// that must never exist without it, e.g. GroupX's queued turns). Only `Send` and
+    /// `AppendExtension` steps: none of them changes a group, so a refusal only has to give
+    /// back the `seq`s the earlier steps took.
+    All {
+        /// The steps, in order.
+        steps: Vec<Command>,
+    },
     /// Import foreign or exported events into a group (assigning fresh `seq`).
     Import {
         /// Destination group (created when absent).

@@ -485,6 +485,39 @@ fn failed_command_leaves_seq_untouched() {
 }
 
 #[test]
+fn an_all_command_commits_every_step_or_none_and_keeps_a_face_minted_id() {
+    let mut w = World::new(&["a"]);
+    let before = w.seqs();
+    let gid = w.gid.clone();
+    let ext = |kind: &str| Command::AppendExtension {
+        group_id: gid.clone(),
+        by: "system".into(),
+        kind: kind.into(),
+        data: json!({"x": 1}),
+    };
+    let send = Command::Send(SendArgs {
+        group_id: w.gid.clone(),
+        by: "user".into(),
+        text: Some("hi".into()),
+        to: vec!["a".into()],
+        event_id: Some("evt_face_minted".into()),
+        ..Default::default()
+    });
+    // The last step is refused: the message and the first extension do not commit either.
+    let bad = Command::All { steps: vec![send.clone(), ext("x.t.ok"), ext("not.an.extension")] };
+    assert!(w.run(bad).is_err());
+    assert_eq!(w.seqs(), before);
+    // A group-changing step is not allowed inside.
+    let nested = Command::All { steps: vec![Command::GroupDelete { group_id: w.gid.clone(), by: "user".into() }] };
+    assert_eq!(w.run(nested).unwrap_err().code, convene_core::ErrorCode::InvalidRequest);
+    let out = w.run(Command::All { steps: vec![send, ext("x.t.ok")] }).unwrap();
+    assert_eq!(out.events.len(), 2);
+    assert_eq!(out.events[0].id, "evt_face_minted");
+    assert_eq!(out.events[1].seq, out.events[0].seq + 1);
+    assert_eq!(w.seqs().len(), before.len() + 2);
+}
+
+#[test]
 fn revision_moves_with_group_changes_not_with_messages() {
     // Faces cache what they derive from groups per revision (Cowchat room attributes).
     let mut w = World::new(&["a"]);

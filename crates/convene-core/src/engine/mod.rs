@@ -409,6 +409,16 @@ impl Engine {
                 data,
             } => chat::extension(ctx, &group_id, &by, &kind, data)?,
             Command::Import { group_id, events } => import::import(ctx, &group_id, events)?,
+            Command::All { steps } => {
+                for step in steps {
+                    if !matches!(step, Command::Send(_) | Command::AppendExtension { .. }) {
+                        return Err(CoreError::invalid(
+                            "an all-or-nothing command holds only sends and extension events",
+                        ));
+                    }
+                    Self::dispatch(ctx, step)?;
+                }
+            }
         }
         Ok(())
     }

@@ -238,35 +238,25 @@ impl Face {
         }
     }
 
-    /// Commits `cmds` as one unit and folds what committed. Callers hold the room lock.
+    /// Commits `cmds` all together or not at all (one `Command::All`, one transaction) and
+    /// folds what committed. Callers hold the room lock.
     async fn append(
         &self,
         room: &mut MutexGuard<'_, Room>,
         cmds: Vec<Command>,
     ) -> Result<Vec<(u64, String)>, GroupxError> {
-        let rx = self.d.ledger.submit_many(cmds).await.map_err(from_core)?;
-        let answers = rx
+        let c = self
+            .d
+            .ledger
+            .execute(Command::All { steps: cmds })
             .await
-            .map_err(|_| GroupxError::new(ErrorCode::Unavailable, "the ledger stopped"))?;
+            .map_err(from_core)?;
         let mut out = Vec::new();
-        let mut first_err = None;
-        for a in answers {
-            match a {
-                Ok(c) => {
-                    for (ev, _) in &c.events {
-                        room.fold(ev.seq, &ev.id, &ev.kind, &ev.by, &ev.data);
-                        out.push((ev.seq, ev.id.clone()));
-                    }
-                }
-                Err(e) => {
-                    first_err.get_or_insert(e);
-                }
-            }
+        for (ev, _) in &c.events {
+            room.fold(ev.seq, &ev.id, &ev.kind, &ev.by, &ev.data);
+            out.push((ev.seq, ev.id.clone()));
         }
-        match first_err {
-            Some(e) => Err(from_core(e)),
-            None => Ok(out),
-        }
+        Ok(out)
     }
 
     /// Publishes a transient envelope to live readers.
