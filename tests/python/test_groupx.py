@@ -44,7 +44,7 @@ class GX:
         raw = r.read()
         c.close()
         ctype = r.getheader("Content-Type", "")
-        return r.status, (json.loads(raw) if "json" in ctype else raw.decode())
+        return r.status, (json.loads(raw) if raw and "json" in ctype else raw.decode())
 
     def post(self, to, content, cid: str | None = None, **extra):
         body = {"clientCommandId": cid or f"t-{uuid.uuid4()}", "to": to, "content": content, **extra}
@@ -140,11 +140,15 @@ def start(home: Path, agents: list[dict], limits: dict | None = None, log: Path 
     if limits:
         cfg["limits"] = limits
     (home / "groupx.json").write_text(json.dumps(cfg))
+    import os
     d = Daemon(home, ["--groupx", "127.0.0.1:0"])
+    # The daemon's agents inherit its environment, read once at spawn.
     if log:
-        import os
         os.environ["FAKE_ACP_LOG"] = str(log)
-    return d.start()
+    try:
+        return d.start()
+    finally:
+        os.environ.pop("FAKE_ACP_LOG", None)
 
 
 @pytest.fixture

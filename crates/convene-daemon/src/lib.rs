@@ -316,8 +316,9 @@ pub async fn start(cfg: Config) -> Result<Running, DaemonError> {
             .clone()
             .unwrap_or_else(|| home.root.join("groupx.json"));
         let gcfg = groupx::Config::load(&path)?;
-        let gface = groupx::Face::start(daemon.clone(), home.root.clone(), gcfg).await?;
         groupx_addr = l.local_addr().ok();
+        let gface =
+            groupx::Face::start(daemon.clone(), home.root.clone(), gcfg, groupx_addr).await?;
         tokio::spawn(groupx::serve(gface, l));
     }
     home.write_json(

@@ -37,6 +37,16 @@ pub enum ErrorCode {
     InterruptedByRestart,
     /// The turn produced no output for longer than the idle limit.
     TurnIdleTimeout,
+    /// A synchronous ask would wait on an agent already waiting up its chain (§6.6).
+    CausalCycle,
+    /// The chain is longer than the hop limit (§7).
+    HopLimitReached,
+    /// The chain has used its turns, or this agent its calls, within one root (§7).
+    RootTurnLimitReached,
+    /// MCP is not available to this caller (§12).
+    McpUnavailable,
+    /// The MCP binding names no live session, or not the caller's.
+    McpBindingMismatch,
     /// The route or method does not exist.
     NotFound,
     /// The method is not allowed on this route.
@@ -89,6 +99,15 @@ const TABLE: &[(ErrorCode, &str, u16)] = &[
         409,
     ),
     (ErrorCode::TurnIdleTimeout, "TURN_IDLE_TIMEOUT", 504),
+    (ErrorCode::CausalCycle, "CAUSAL_CYCLE", 409),
+    (ErrorCode::HopLimitReached, "HOP_LIMIT_REACHED", 429),
+    (
+        ErrorCode::RootTurnLimitReached,
+        "ROOT_TURN_LIMIT_REACHED",
+        429,
+    ),
+    (ErrorCode::McpUnavailable, "MCP_UNAVAILABLE", 503),
+    (ErrorCode::McpBindingMismatch, "MCP_BINDING_MISMATCH", 403),
     (ErrorCode::NotFound, "NOT_FOUND", 404),
     (ErrorCode::MethodNotAllowed, "METHOD_NOT_ALLOWED", 405),
     (ErrorCode::Unavailable, "UNAVAILABLE", 503),

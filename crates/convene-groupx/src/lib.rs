@@ -7,6 +7,7 @@ pub mod envelope;
 pub mod error;
 pub mod ids;
 pub mod request;
+pub mod tools;
 pub mod turn;
 
 pub use envelope::{ActorKind, ActorRef, Envelope, Stored, SCHEMA};

@@ -39,6 +39,9 @@ pub struct AgentConfig {
     /// A stable self-description given to the agent with every context packet.
     #[serde(default)]
     pub identity: Option<String>,
+    /// Extra environment of the agent process (e.g. its API key variable).
+    #[serde(default)]
+    pub env: std::collections::BTreeMap<String, String>,
 }
 
 fn acp() -> String {
@@ -61,6 +64,31 @@ pub struct Limits {
     /// A turn with no output for this long is cancelled and failed.
     #[serde(default = "d_idle")]
     pub turn_idle_ms: u64,
+    /// Longest chain of agent-to-agent hops from a root message.
+    #[serde(default = "d_hops")]
+    pub max_hops: u64,
+    /// Turns one root interaction may create in all.
+    #[serde(default = "d_root_turns")]
+    pub max_turns_per_root: usize,
+    /// Turns one agent may be given within one root interaction.
+    #[serde(default = "d_calls")]
+    pub max_calls_per_agent_per_root: usize,
+    /// The longest a groupx.ask / collect waits (the spec's cap is 60,000).
+    #[serde(default = "d_ask")]
+    pub ask_ms: u64,
+}
+
+fn d_hops() -> u64 {
+    8
+}
+fn d_root_turns() -> usize {
+    64
+}
+fn d_calls() -> usize {
+    16
+}
+fn d_ask() -> u64 {
+    60_000
 }
 
 fn d_message_bytes() -> usize {
@@ -79,6 +107,10 @@ impl Default for Limits {
             message_bytes: d_message_bytes(),
             queue_per_agent: d_queue(),
             turn_idle_ms: d_idle(),
+            max_hops: d_hops(),
+            max_turns_per_root: d_root_turns(),
+            max_calls_per_agent_per_root: d_calls(),
+            ask_ms: d_ask(),
         }
     }
 }
@@ -182,8 +214,16 @@ impl Config {
                 return Err(bad(format!("agent {}: command is empty", a.id)));
             }
         }
-        if file.limits.message_bytes == 0 || file.limits.queue_per_agent == 0 {
-            return Err(bad("limits must be positive".into()));
+        let l = &file.limits;
+        if l.message_bytes == 0
+            || l.queue_per_agent == 0
+            || l.max_turns_per_root == 0
+            || l.max_calls_per_agent_per_root == 0
+            || l.ask_ms > 60_000
+        {
+            return Err(bad(
+                "limits must be positive, and askMs at most 60000".into()
+            ));
         }
         let canonical = serde_json::to_string(
             &serde_json::from_str::<serde_json::Value>(if text.trim().is_empty() {

@@ -44,12 +44,9 @@ pub fn packet(agent: &AgentConfig, earlier: &[Line], current: &Line) -> String {
         out.push_str("\nRoom messages since your last turn:\n");
         let skip = earlier.len().saturating_sub(MAX_MESSAGES);
         for l in &earlier[skip..] {
-            out.push_str(&format!(
-                "- {} [{}]: {}\n",
-                l.author,
-                l.event_id,
-                clip(&l.text)
-            ));
+            // Continuation lines are indented: only the current message starts lines.
+            let text = clip(&l.text).replace('\n', "\n  ");
+            out.push_str(&format!("- {} [{}]: {}\n", l.author, l.event_id, text));
         }
     }
     // The current message comes last, as the thing to act on.
@@ -75,6 +72,7 @@ mod tests {
             enabled: true,
             mode: None,
             identity: Some("reviewer".into()),
+            env: Default::default(),
         };
         let earlier: Vec<Line> = (0..30)
             .map(|i| Line {
@@ -96,5 +94,19 @@ mod tests {
         assert!(!p.contains("[e9]") && p.contains("[e10]") && p.contains("[e29]"));
         assert!(!p.contains(&"y".repeat(2001)));
         assert!(p.contains("Current message from You [evt_9]:\ndo it\n"));
+        let q = packet(
+            &a,
+            &[Line {
+                author: "You".into(),
+                event_id: "e1".into(),
+                text: "a\n#hang".into(),
+            }],
+            &Line {
+                author: "You".into(),
+                event_id: "e2".into(),
+                text: "b".into(),
+            },
+        );
+        assert!(q.contains("a\n  #hang") && !q.lines().any(|l| l.starts_with('#')));
     }
 }

@@ -195,6 +195,40 @@ async fn route(
             }
             _ => not_allowed(),
         },
+        "/mcp" => match method {
+            Method::POST => {
+                let binding = req
+                    .headers()
+                    .get(super::mcp::BINDING_HEADER)
+                    .and_then(|h| h.to_str().ok())
+                    .map(str::to_string);
+                let (binding, agent) = match super::mcp::caller(&face, binding.as_deref()) {
+                    Ok(x) => x,
+                    Err(e) => return error(&e),
+                };
+                let b = match body(req).await {
+                    Ok(b) => b,
+                    Err(e) => return error(&e),
+                };
+                let msg: Value = match serde_json::from_slice(&b) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        return json(
+                            400,
+                            &serde_json::json!({"jsonrpc": "2.0", "id": null,
+                                "error": {"code": -32700, "message": format!("parse error: {e}")}}),
+                        )
+                    }
+                };
+                match super::mcp::handle(face, binding, agent, msg).await {
+                    super::mcp::Answer::Json(v) => json(200, &v),
+                    super::mcp::Answer::Accepted => {
+                        full(StatusCode::ACCEPTED, "application/json", "")
+                    }
+                }
+            }
+            _ => not_allowed(),
+        },
         "/api/events" => match method {
             Method::GET => sse::open(face, &req),
             _ => not_allowed(),

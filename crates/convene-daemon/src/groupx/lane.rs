@@ -35,6 +35,8 @@ const MAX_REASONING: usize = 64 * 1024;
 struct Session {
     agent: AcpAgent,
     session_id: String,
+    /// Its MCP binding (registered with the face while the session lives).
+    binding: String,
 }
 
 /// Starts the lane worker of `agent`.
@@ -77,6 +79,7 @@ async fn run(face: Arc<Face>, cfg: AgentConfig) {
         }
     }
     if let Some(s) = session.take() {
+        face.bindings.lock().remove(&s.binding);
         s.agent.shutdown(Duration::from_secs(2)).await;
     }
 }
@@ -142,13 +145,28 @@ async fn start_session(face: &Face, cfg: &AgentConfig) -> Result<Session, String
     let acfg = AcpConfig {
         command: cfg.command.clone(),
         cwd: cwd.clone(),
-        env: Vec::new(),
+        env: cfg
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
         request_timeout: Duration::from_secs(30),
     };
+    let binding = ids::new_id("bind");
     let go = async {
         let agent = AcpAgent::spawn(&acfg).await.map_err(|e| e.to_string())?;
+        // GroupX tools only for agents that can attach an HTTP MCP server (§6, §12): the
+        // binding header is how their calls are known to be theirs.
+        let http_mcp = agent.capabilities().raw["agentCapabilities"]["mcpCapabilities"]["http"]
+            == serde_json::Value::Bool(true);
+        let servers = match (http_mcp, face.addr) {
+            (true, Some(addr)) => vec![json!({"type": "http", "name": "groupx",
+                "url": format!("http://{addr}/mcp"),
+                "headers": [{"name": "X-GroupX-Binding", "value": binding}]})],
+            _ => Vec::new(),
+        };
         let sid = agent
-            .new_session(&cwd, Vec::new())
+            .new_session(&cwd, servers)
             .await
             .map_err(|e| e.to_string())?;
         if let Some(m) = &cfg.mode {
@@ -157,6 +175,7 @@ async fn start_session(face: &Face, cfg: &AgentConfig) -> Result<Session, String
         Ok(Session {
             agent,
             session_id: sid,
+            binding: binding.clone(),
         })
     };
     match tokio::time::timeout(START_BOUND, go).await {
@@ -327,6 +346,7 @@ async fn run_turn(
     // 1. A live session.
     if !session.as_ref().is_some_and(|s| s.agent.is_alive()) {
         if let Some(old) = session.take() {
+            face.bindings.lock().remove(&old.binding);
             old.agent.shutdown(Duration::from_secs(1)).await;
         }
         face.set_session(&cfg.id, "starting");
@@ -353,6 +373,9 @@ async fn run_turn(
                 {
                     return false;
                 }
+                face.bindings
+                    .lock()
+                    .insert(s.binding.clone(), cfg.id.clone());
                 *session = Some(s);
             }
             Err(why) => {
@@ -395,6 +418,7 @@ async fn run_turn(
     if !status_is(&*face.room.lock().await, &tid, &[TurnStatus::Dispatching]) {
         return true; // cancelled before it could be dispatched
     }
+    face.current.lock().insert(cfg.id.clone(), tid.clone());
     let who = agent_ref(cfg);
     let mut got = Gathered::default();
     let mut started = false;
@@ -538,8 +562,10 @@ async fn run_turn(
         },
     )
     .await;
+    face.current.lock().remove(&cfg.id);
     if drop_session {
         if let Some(s) = session.take() {
+            face.bindings.lock().remove(&s.binding);
             s.agent.shutdown(Duration::from_secs(1)).await;
         }
         face.set_session(&cfg.id, "idle");

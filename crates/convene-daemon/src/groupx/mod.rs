@@ -8,10 +8,12 @@
 //! those events ([`room::Room`]); every broker write happens under the room lock and re-checks
 //! the turn's state first, so the ledger never holds a transition the machine refuses.
 
+mod command;
 pub mod config;
 mod context;
 mod http;
 mod lane;
+mod mcp;
 pub mod room;
 mod sse;
 
@@ -19,12 +21,12 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use convene_core::{Command, CoreError, ErrorCode as CoreCode, SendArgs};
+use convene_core::{Command, CoreError, ErrorCode as CoreCode};
 use convene_groupx::envelope::{
     self, extension_data, Correlation, Stored, LEDGER_SYSTEM, LEDGER_USER,
 };
 use convene_groupx::request::{PostMessage, Recipients};
-use convene_groupx::{ids, Envelope, ErrorCode, GroupxError, TurnStatus};
+use convene_groupx::{Envelope, ErrorCode, GroupxError, TurnStatus};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use tokio::sync::{broadcast, Mutex, MutexGuard, Notify};
@@ -64,6 +66,14 @@ pub struct Face {
     cancel: HashMap<String, Arc<Notify>>,
     /// Per agent: `idle`, `starting`, `ready`, `failed`.
     sessions: parking_lot::Mutex<HashMap<String, &'static str>>,
+    /// MCP binding → the agent whose live session holds it (§3.3).
+    bindings: parking_lot::Mutex<HashMap<String, String>>,
+    /// Agent → its turn in flight (the parent of what its MCP calls create).
+    current: parking_lot::Mutex<HashMap<String, String>>,
+    /// Woken after every commit of the face (waiting asks re-check).
+    changed: Notify,
+    /// Where HTTP listens (the MCP URL given to agents).
+    addr: Option<SocketAddr>,
 }
 
 /// A stored event as the face reads it.
@@ -100,7 +110,7 @@ pub struct Started {
 }
 
 /// Maps a refusal of the engine to the GroupX code a client sees.
-fn from_core(e: CoreError) -> GroupxError {
+pub(super) fn from_core(e: CoreError) -> GroupxError {
     let code = match e.code {
         CoreCode::EventNotFound => {
             return GroupxError::new(ErrorCode::InvalidEnvelope, e.message).field("replyToEventId")
@@ -120,6 +130,7 @@ impl Face {
         d: Arc<Daemon>,
         home: std::path::PathBuf,
         cfg: Config,
+        addr: Option<SocketAddr>,
     ) -> Result<Arc<Face>, CoreError> {
         let group_id = ensure_room(&d).await?;
         sync_roster(&d, &group_id, &cfg).await?;
@@ -157,6 +168,10 @@ impl Face {
                 .map(|a| (a.clone(), Arc::new(Notify::new())))
                 .collect(),
             sessions: parking_lot::Mutex::new(agents.iter().map(|a| (a.clone(), "idle")).collect()),
+            bindings: parking_lot::Mutex::new(HashMap::new()),
+            current: parking_lot::Mutex::new(HashMap::new()),
+            changed: Notify::new(),
+            addr,
             cfg,
         });
         face.recover().await;
@@ -256,6 +271,7 @@ impl Face {
             room.fold(ev.seq, &ev.id, &ev.kind, &ev.by, &ev.data);
             out.push((ev.seq, ev.id.clone()));
         }
+        self.changed.notify_waiters();
         Ok(out)
     }
 
@@ -273,24 +289,34 @@ impl Face {
     /// `POST /api/messages` (§10.2): the message and one queued turn per target, in one
     /// commit; a retry with the same clientCommandId answers the first result.
     pub async fn post_message(&self, p: PostMessage) -> Result<Value, GroupxError> {
+        let targets = self.targets(&p.to, None)?;
+        let origin = command::Origin {
+            by: LEDGER_USER.into(),
+            binding: envelope::USER_WEB.into(),
+            client_command_id: p.client_command_id.clone(),
+            canonical: p.canonical(),
+            command_type: "web.message",
+            parent: None,
+        };
         let mut room = self.room.lock().await;
-        if let Some(c) = room.commands.get(&p.client_command_id) {
-            if c.canonical != p.canonical() {
-                return Err(GroupxError::new(
-                    ErrorCode::ClientCommandConflict,
-                    "this clientCommandId was used for another message",
-                )
-                .field("clientCommandId"));
-            }
-            let c = c.clone();
-            return Ok(self.post_answer(&room, &c.message_event_id, &c.correlation_id, &c.turns));
-        }
-        let targets: Vec<String> = match &p.to {
+        let c = self
+            .create(&mut room, origin, targets, p.content, p.reply_to_event_id)
+            .await?;
+        Ok(self.post_answer(&room, &c.message_event_id, &c.correlation_id, &c.turns))
+    }
+
+    /// Resolves recipients to enabled roster agents (`@all` leaves out `exclude`, the caller).
+    pub(super) fn targets(
+        &self,
+        to: &Recipients,
+        exclude: Option<&str>,
+    ) -> Result<Vec<String>, GroupxError> {
+        Ok(match to {
             Recipients::All => self
                 .cfg
                 .agents
                 .iter()
-                .filter(|a| a.enabled)
+                .filter(|a| a.enabled && Some(a.id.as_str()) != exclude)
                 .map(|a| a.id.clone())
                 .collect(),
             Recipients::Agents(list) => {
@@ -317,64 +343,10 @@ impl Face {
                 }
                 v
             }
-        };
-        let cap = self.cfg.limits.queue_per_agent;
-        if let Some(t) = targets.iter().find(|t| room.depth(t) >= cap) {
-            return Err(GroupxError::new(
-                ErrorCode::QueueCapacityReached,
-                format!("agent:{t} already has {cap} unfinished turns"),
-            )
-            .field("to"));
-        }
-        let msg_id = ids::event_id();
-        let corr_id = ids::correlation_id();
-        let gx_to: Vec<String> = targets.iter().map(|t| format!("agent:{t}")).collect();
-        let mut extra = Map::new();
-        extra.insert(
-            "groupx".into(),
-            json!({"correlationId": corr_id, "rootCorrelationId": corr_id,
-                   "clientCommandId": p.client_command_id, "canonical": p.canonical(),
-                   "to": gx_to, "binding": "user:web"}),
-        );
-        let mut cmds = vec![Command::Send(SendArgs {
-            group_id: self.group_id.clone(),
-            by: LEDGER_USER.into(),
-            text: Some(p.content.clone()),
-            to: targets.clone(),
-            reply_to: p.reply_to_event_id.clone(),
-            extra,
-            event_id: Some(msg_id.clone()),
-            ..SendArgs::default()
-        })];
-        for t in &targets {
-            let corr = Correlation {
-                correlation_id: corr_id.clone(),
-                root_correlation_id: corr_id.clone(),
-                causation_id: Some(msg_id.clone()),
-                to: vec![format!("agent:{t}")],
-            };
-            let body = json!({"turnId": ids::turn_id(), "target": format!("agent:{t}"),
-                "sourceEventId": msg_id, "queuePosition": room.depth(t), "status": "queued",
-                "transport": "structured", "commandType": "web.message"});
-            cmds.push(self.ext("turn.queued", &corr, body));
-        }
-        self.append(&mut room, cmds).await?;
-        let c = room
-            .commands
-            .get(&p.client_command_id)
-            .cloned()
-            .ok_or_else(|| GroupxError::new(ErrorCode::StorageError, "command not folded"))?;
-        let answer = self.post_answer(&room, &c.message_event_id, &c.correlation_id, &c.turns);
-        drop(room);
-        for t in &targets {
-            if let Some(w) = self.wake.get(t) {
-                w.notify_one();
-            }
-        }
-        Ok(answer)
+        })
     }
 
-    fn post_answer(
+    pub(super) fn post_answer(
         &self,
         room: &Room,
         msg: &str,
@@ -399,6 +371,28 @@ impl Face {
     /// `POST /api/turns/:id/cancel` (§10.3): records the intent; a queued turn is cancelled at
     /// once, a dispatched one is asked to stop and settles through its terminal event.
     pub async fn cancel(&self, turn_id: &str) -> Result<Value, GroupxError> {
+        let answer = self.cancel_one(turn_id).await?;
+        // §6.3: cancelling the turn that asked also cancels the synchronous asks it is
+        // waiting on (best effort); asynchronous sends live on.
+        let children: Vec<String> = {
+            let room = self.room.lock().await;
+            room.turns
+                .values()
+                .filter(|t| {
+                    t.parent_turn_id.as_deref() == Some(turn_id)
+                        && t.command_type == "mcp.ask"
+                        && !t.state.status.is_terminal()
+                })
+                .map(|t| t.turn_id.clone())
+                .collect()
+        };
+        for c in children {
+            let _ = Box::pin(self.cancel(&c)).await;
+        }
+        Ok(answer)
+    }
+
+    async fn cancel_one(&self, turn_id: &str) -> Result<Value, GroupxError> {
         let mut room = self.room.lock().await;
         let Some(t) = room.turns.get(turn_id).cloned() else {
             return Err(GroupxError::new(

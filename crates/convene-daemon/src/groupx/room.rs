@@ -25,6 +25,14 @@ pub struct Turn {
     pub state: TurnState,
     /// Error code of a failed turn.
     pub error_code: Option<String>,
+    /// The turn whose agent asked for this one (MCP send/ask), if any.
+    pub parent_turn_id: Option<String>,
+    /// Hops from the root interaction (a web message's turn is 0).
+    pub hop: u64,
+    /// `web.message`, `mcp.send`, `mcp.ask`.
+    pub command_type: String,
+    /// The response message of a completed turn.
+    pub response_event_id: Option<String>,
 }
 
 /// A `clientCommandId` already served, and what it answered.
@@ -34,6 +42,8 @@ pub struct CommandRec {
     pub canonical: String,
     /// The message it created.
     pub message_event_id: String,
+    /// Its seq.
+    pub message_seq: u64,
     /// Its chain.
     pub correlation_id: String,
     /// `(target GroupX id, turn id, queue position)`, in creation order.
@@ -47,9 +57,9 @@ pub struct Room {
     pub turns: HashMap<String, Turn>,
     /// Per agent: unfinished turns in enqueue order (the lane, FIFO).
     pub lanes: HashMap<String, VecDeque<String>>,
-    /// Served commands by `clientCommandId` (binding `user:web`).
+    /// Served commands by [`command_key`] (binding + clientCommandId).
     pub commands: HashMap<String, CommandRec>,
-    /// Message event id → its command id.
+    /// Message event id → its command key.
     by_message: HashMap<String, String>,
     /// Per agent: the source seq of its last finished turn (what its context starts after).
     pub seen_up_to: HashMap<String, u64>,
@@ -81,6 +91,11 @@ fn correlation(data: &Value) -> Correlation {
     }
 }
 
+/// The idempotency key of a command: its source binding and its clientCommandId (§8.1).
+pub fn command_key(binding: &str, client_command_id: &str) -> String {
+    format!("{binding}\u{0}{client_command_id}")
+}
+
 impl Room {
     /// Folds one committed event of the room. Only broker-authored (`system`) turn events
     /// move turns: nothing another face appends can complete or cancel a turn.
@@ -88,19 +103,18 @@ impl Room {
         self.head = self.head.max(seq);
         if kind == "chat.message" {
             let g = data.get("groupx");
-            if let Some(cid) = g
-                .and_then(|g| g.get("clientCommandId"))
-                .and_then(Value::as_str)
-            {
-                if by == convene_groupx::envelope::LEDGER_USER {
+            if let Some(g) = g {
+                if let Some(cid) = g.get("clientCommandId").and_then(Value::as_str) {
+                    let key = command_key(&s(g, "binding"), cid);
                     let rec = CommandRec {
-                        canonical: g.map(|g| s(g, "canonical")).unwrap_or_default(),
+                        canonical: s(g, "canonical"),
                         message_event_id: id.to_string(),
-                        correlation_id: g.map(|g| s(g, "correlationId")).unwrap_or_default(),
+                        message_seq: seq,
+                        correlation_id: s(g, "correlationId"),
                         turns: Vec::new(),
                     };
-                    self.by_message.insert(id.to_string(), cid.to_string());
-                    self.commands.entry(cid.to_string()).or_insert(rec);
+                    self.by_message.insert(id.to_string(), key.clone());
+                    self.commands.entry(key).or_insert(rec);
                 }
             }
             return;
@@ -120,19 +134,28 @@ impl Room {
             };
             let source = s(b, "sourceEventId");
             let pos = b.get("queuePosition").and_then(Value::as_u64).unwrap_or(0) as usize;
-            if let Some(cid) = self.by_message.get(&source) {
-                if let Some(c) = self.commands.get_mut(cid) {
+            let mut source_seq = 0;
+            if let Some(key) = self.by_message.get(&source) {
+                if let Some(c) = self.commands.get_mut(key) {
                     c.turns.push((target.clone(), turn_id.clone(), pos));
+                    source_seq = c.message_seq;
                 }
             }
             let turn = Turn {
                 turn_id: turn_id.clone(),
                 target: agent.to_string(),
                 source_event_id: source,
-                source_seq: b.get("sourceSeq").and_then(Value::as_u64).unwrap_or(0),
+                source_seq,
                 corr: correlation(data),
                 state: TurnState::new(),
                 error_code: None,
+                parent_turn_id: b
+                    .get("parentTurnId")
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
+                hop: b.get("hopCount").and_then(Value::as_u64).unwrap_or(0),
+                command_type: s(b, "commandType"),
+                response_event_id: None,
             };
             self.lanes
                 .entry(agent.to_string())
@@ -160,6 +183,9 @@ impl Room {
         }
         if let Some(code) = b.get("errorCode").and_then(Value::as_str) {
             turn.error_code = Some(code.to_string());
+        }
+        if let Some(r) = b.get("responseEventId").and_then(Value::as_str) {
+            turn.response_event_id = Some(r.to_string());
         }
         if turn.state.status.is_terminal() {
             let (agent, src) = (turn.target.clone(), turn.source_seq);
@@ -194,6 +220,58 @@ impl Room {
             .find(|t| t.state.status != TurnStatus::Queued)
     }
 
+    /// The agents of a turn's ancestor chain (its own target first), from the folded parents.
+    pub fn ancestors(&self, turn_id: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut cur = self.turns.get(turn_id);
+        // Bounded: a parent is always an earlier turn, but a corrupt ledger must not hang us.
+        while let Some(t) = cur {
+            if out.len() > 256 {
+                break;
+            }
+            out.push(t.target.clone());
+            cur = t.parent_turn_id.as_ref().and_then(|p| self.turns.get(p));
+        }
+        out
+    }
+
+    /// How many turns one root chain has, in all and per agent.
+    pub fn root_counts(&self, root: &str) -> (usize, HashMap<String, usize>) {
+        let mut per = HashMap::new();
+        let mut n = 0;
+        for t in self
+            .turns
+            .values()
+            .filter(|t| t.corr.root_correlation_id == root)
+        {
+            n += 1;
+            *per.entry(t.target.clone()).or_insert(0) += 1;
+        }
+        (n, per)
+    }
+
+    /// The turns a message created, in creation order.
+    pub fn turns_of(&self, message_event_id: &str) -> Vec<&Turn> {
+        self.by_message
+            .get(message_event_id)
+            .and_then(|k| self.commands.get(k))
+            .map(|c| {
+                c.turns
+                    .iter()
+                    .filter_map(|(_, id, _)| self.turns.get(id))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The seq of a message the broker created.
+    pub fn message_seq(&self, message_event_id: &str) -> Option<u64> {
+        self.by_message
+            .get(message_event_id)
+            .and_then(|k| self.commands.get(k))
+            .map(|c| c.message_seq)
+    }
+
     /// Every unfinished turn, in lane order per agent.
     pub fn unfinished(&self) -> Vec<&Turn> {
         let mut v: Vec<&Turn> = self
@@ -223,23 +301,21 @@ mod tests {
     #[test]
     fn a_turn_folds_from_queued_to_terminal_and_leaves_its_lane() {
         let mut r = Room::default();
-        r.fold(1, "evt_1", "chat.message", "user", &json!({"text": "x", "groupx": {"clientCommandId": "k", "canonical": "p", "correlationId": "c"}}));
+        r.fold(1, "evt_1", "chat.message", "user", &json!({"text": "x", "groupx": {"clientCommandId": "k", "binding": "user:web", "canonical": "p", "correlationId": "c"}}));
         r.fold(
             2,
             "e2",
             "x.groupx.turn.queued",
             "system",
-            &ext(
-                "t1",
-                json!({"target": "agent:a", "sourceEventId": "evt_1", "sourceSeq": 1}),
-            ),
+            &ext("t1", json!({"target": "agent:a", "sourceEventId": "evt_1"})),
         );
         assert_eq!(r.depth("a"), 1);
         assert_eq!(
-            r.commands["k"].turns,
+            r.commands[&command_key("user:web", "k")].turns,
             vec![("agent:a".to_string(), "t1".to_string(), 0)]
         );
         assert_eq!(r.next_queued("a").unwrap().turn_id, "t1");
+        assert_eq!(r.turns["t1"].source_seq, 1);
         r.fold(
             3,
             "e3",

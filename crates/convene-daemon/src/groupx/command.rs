@@ -1,0 +1,193 @@
+//! Creating a message and its turns: the one path for the web composer and for agents' MCP
+//! send/ask/publish. Idempotency (§8.1), dispatch uniqueness (§8.2) and the loop and resource
+//! limits (§7) are checked here, before anything is written; a limit that stops a chain is
+//! recorded visibly as `routing.loop_stopped`.
+
+use convene_core::{Command, SendArgs};
+use convene_groupx::envelope::Correlation;
+use convene_groupx::{ids, ErrorCode, GroupxError};
+use serde_json::{json, Map};
+use tokio::sync::MutexGuard;
+
+use super::room::{command_key, CommandRec, Room, Turn};
+use super::Face;
+
+/// Who is asking, as the broker knows it (never from the request body).
+pub(super) struct Origin {
+    /// Ledger principal of the message: `user` or the agent's id.
+    pub by: String,
+    /// The source binding: `user:web`, or an agent session's MCP binding.
+    pub binding: String,
+    /// The caller's retry key.
+    pub client_command_id: String,
+    /// The payload a retry must repeat.
+    pub canonical: String,
+    /// `web.message`, `mcp.send`, `mcp.ask`, `mcp.publish`.
+    pub command_type: &'static str,
+    /// The caller's current turn (agents), which the new turns descend from.
+    pub parent: Option<Turn>,
+}
+
+impl Face {
+    /// Appends the message and one queued turn per target in one commit, or answers the
+    /// first result of the same command again.
+    pub(super) async fn create(
+        &self,
+        room: &mut MutexGuard<'_, Room>,
+        o: Origin,
+        targets: Vec<String>,
+        content: String,
+        reply_to: Option<String>,
+    ) -> Result<CommandRec, GroupxError> {
+        let key = command_key(&o.binding, &o.client_command_id);
+        if let Some(c) = room.commands.get(&key) {
+            if c.canonical != o.canonical {
+                return Err(GroupxError::new(
+                    ErrorCode::ClientCommandConflict,
+                    "this clientCommandId was used for another command",
+                )
+                .field("clientCommandId"));
+            }
+            return Ok(c.clone());
+        }
+        let lim = &self.cfg.limits;
+        if let Some(t) = targets
+            .iter()
+            .find(|t| room.depth(t) >= lim.queue_per_agent)
+        {
+            return Err(GroupxError::new(
+                ErrorCode::QueueCapacityReached,
+                format!(
+                    "agent:{t} already has {} unfinished turns",
+                    lim.queue_per_agent
+                ),
+            )
+            .field("to"));
+        }
+        let corr_id = ids::correlation_id();
+        let (root, hop) = match &o.parent {
+            Some(p) => (p.corr.root_correlation_id.clone(), p.hop + 1),
+            None => (corr_id.clone(), 0),
+        };
+        if !targets.is_empty() {
+            self.check_chain(room, &o, &root, hop, &targets).await?;
+        }
+        let msg_id = ids::event_id();
+        let gx_to: Vec<String> = targets.iter().map(|t| format!("agent:{t}")).collect();
+        // A reply chain forms by itself: an agent's message answers its turn's source.
+        let reply_to = reply_to.or_else(|| o.parent.as_ref().map(|p| p.source_event_id.clone()));
+        let mut gx = json!({"correlationId": corr_id, "rootCorrelationId": root,
+            "clientCommandId": o.client_command_id, "canonical": o.canonical,
+            "to": gx_to, "binding": o.binding, "commandType": o.command_type});
+        if let Some(p) = &o.parent {
+            gx["causationId"] = p.turn_id.clone().into();
+        }
+        let mut extra = Map::new();
+        extra.insert("groupx".into(), gx);
+        let mut cmds = vec![Command::Send(SendArgs {
+            group_id: self.group_id.clone(),
+            by: o.by.clone(),
+            text: Some(content),
+            to: targets.clone(),
+            reply_to,
+            extra,
+            event_id: Some(msg_id.clone()),
+            ..SendArgs::default()
+        })];
+        for t in &targets {
+            let corr = Correlation {
+                correlation_id: corr_id.clone(),
+                root_correlation_id: root.clone(),
+                causation_id: Some(msg_id.clone()),
+                to: vec![format!("agent:{t}")],
+            };
+            let mut body = json!({"turnId": ids::turn_id(), "target": format!("agent:{t}"),
+                "sourceEventId": msg_id, "queuePosition": room.depth(t), "status": "queued",
+                "transport": "structured", "commandType": o.command_type, "hopCount": hop});
+            if let Some(p) = &o.parent {
+                body["parentTurnId"] = p.turn_id.clone().into();
+            }
+            cmds.push(self.ext("turn.queued", &corr, body));
+        }
+        self.append(room, cmds).await?;
+        let c = room
+            .commands
+            .get(&key)
+            .cloned()
+            .ok_or_else(|| GroupxError::new(ErrorCode::StorageError, "command not folded"))?;
+        for t in &targets {
+            if let Some(w) = self.wake.get(t) {
+                w.notify_one();
+            }
+        }
+        Ok(c)
+    }
+
+    /// §6.6 and §7: a synchronous ask may not wait on an ancestor; a chain may not grow past
+    /// its hop, turn and per-agent limits. A stopped chain is recorded in the room.
+    async fn check_chain(
+        &self,
+        room: &mut MutexGuard<'_, Room>,
+        o: &Origin,
+        root: &str,
+        hop: u64,
+        targets: &[String],
+    ) -> Result<(), GroupxError> {
+        let lim = &self.cfg.limits;
+        if let (Some(p), "mcp.ask") = (&o.parent, o.command_type) {
+            let chain = room.ancestors(&p.turn_id);
+            if let Some(t) = targets.iter().find(|t| chain.contains(t)) {
+                return Err(GroupxError::new(
+                    ErrorCode::CausalCycle,
+                    format!(
+                        "agent:{t} is waiting up this chain; ask would deadlock (use groupx.send)"
+                    ),
+                )
+                .field("to"));
+            }
+        }
+        let (n, per) = room.root_counts(root);
+        let stop = if hop > lim.max_hops {
+            Some((
+                ErrorCode::HopLimitReached,
+                format!("hop {hop} is over the limit of {}", lim.max_hops),
+            ))
+        } else if n + targets.len() > lim.max_turns_per_root {
+            Some((
+                ErrorCode::RootTurnLimitReached,
+                format!(
+                    "this chain already has {n} turns; the limit is {}",
+                    lim.max_turns_per_root
+                ),
+            ))
+        } else {
+            targets
+                .iter()
+                .find(|t| per.get(*t).copied().unwrap_or(0) >= lim.max_calls_per_agent_per_root)
+                .map(|t| {
+                    (
+                        ErrorCode::RootTurnLimitReached,
+                        format!(
+                            "agent:{t} was already called {} times in this chain",
+                            lim.max_calls_per_agent_per_root
+                        ),
+                    )
+                })
+        };
+        let Some((code, why)) = stop else {
+            return Ok(());
+        };
+        let corr = Correlation {
+            correlation_id: root.to_string(),
+            root_correlation_id: root.to_string(),
+            causation_id: o.parent.as_ref().map(|p| p.turn_id.clone()),
+            to: Vec::new(),
+        };
+        let body = json!({"errorCode": code.as_str(), "reason": why, "hopCount": hop,
+            "requestedBy": convene_groupx::envelope::actor_id_of(&o.by),
+            "targets": targets.iter().map(|t| format!("agent:{t}")).collect::<Vec<_>>()});
+        self.append(room, vec![self.ext("routing.loop_stopped", &corr, body)])
+            .await?;
+        Err(GroupxError::new(code, why))
+    }
+}

@@ -1,0 +1,271 @@
+//! The agents' MCP tools (§6, §12): their schemas and the validation of their arguments.
+//! Like REST bodies, no argument may name the sender (§3.2).
+
+use serde_json::{json, Map, Value};
+
+use crate::error::{ErrorCode, GroupxError};
+use crate::request::{Recipients, SENDER_FIELDS};
+
+/// The longest a tool may wait (§6.3).
+pub const MAX_WAIT_MS: u64 = 60_000;
+
+/// `groupx.send` / `groupx.ask` / `groupx.publish` arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Post {
+    /// Recipients (`None` for publish).
+    pub to: Option<Recipients>,
+    /// Text.
+    pub content: String,
+    /// Visible reply relation (default: the caller's current source message).
+    pub reply_to_event_id: Option<String>,
+    /// Retry key.
+    pub client_command_id: String,
+    /// ask: how long to wait, at most [`MAX_WAIT_MS`].
+    pub timeout_ms: Option<u64>,
+    /// ask: cancel children still running when the wait ends.
+    pub cancel_on_timeout: bool,
+}
+
+impl Post {
+    /// What a retry must repeat.
+    pub fn canonical(&self, tool: &str) -> String {
+        let to = match &self.to {
+            None => Value::Null,
+            Some(Recipients::All) => json!(["@all"]),
+            Some(Recipients::Agents(a)) => json!(a),
+        };
+        json!({"tool": tool, "to": to, "content": self.content, "replyToEventId": self.reply_to_event_id})
+            .to_string()
+    }
+}
+
+/// `groupx.collect`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Collect {
+    /// The ask's message.
+    pub message_event_id: String,
+    /// Wait bound.
+    pub timeout_ms: Option<u64>,
+}
+
+/// `groupx.read`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Read {
+    /// Only this chain (its correlation or root correlation).
+    pub correlation_id: Option<String>,
+    /// Only events after this seq.
+    pub after_seq: u64,
+    /// At most this many (1-200, default 50).
+    pub limit: usize,
+}
+
+fn bad(msg: impl Into<String>, field: &str) -> GroupxError {
+    GroupxError::new(ErrorCode::InvalidEnvelope, msg).field(field)
+}
+
+fn args(v: &Value, known: &[&str]) -> Result<Map<String, Value>, GroupxError> {
+    let Some(m) = v.as_object() else {
+        return Err(GroupxError::new(
+            ErrorCode::InvalidEnvelope,
+            "arguments must be an object",
+        ));
+    };
+    if let Some(f) = SENDER_FIELDS.iter().find(|f| m.contains_key(**f)) {
+        return Err(GroupxError::new(
+            ErrorCode::SenderFieldForbidden,
+            format!("`{f}` may not be given: the sender is this session's binding"),
+        )
+        .field(f));
+    }
+    if let Some(k) = m.keys().find(|k| !known.contains(&k.as_str())) {
+        return Err(bad(format!("unknown argument `{k}`"), k));
+    }
+    Ok(m.clone())
+}
+
+fn opt_str(m: &Map<String, Value>, k: &str) -> Result<Option<String>, GroupxError> {
+    match m.get(k) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if !s.is_empty() => Ok(Some(s.clone())),
+        _ => Err(bad(format!("{k} must be a non-empty string"), k)),
+    }
+}
+
+fn wait_ms(m: &Map<String, Value>) -> Result<Option<u64>, GroupxError> {
+    match m.get("timeoutMs") {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .filter(|n| *n <= MAX_WAIT_MS)
+            .map(Some)
+            .ok_or_else(|| bad(format!("timeoutMs must be 0-{MAX_WAIT_MS}"), "timeoutMs")),
+    }
+}
+
+/// Parses send (`with_to`), ask (`with_to` and `ask`) or publish arguments.
+pub fn parse_post(
+    v: &Value,
+    with_to: bool,
+    ask: bool,
+    max_content: usize,
+) -> Result<Post, GroupxError> {
+    let mut known = vec!["content", "replyToEventId", "clientCommandId"];
+    if with_to {
+        known.push("to");
+    }
+    if ask {
+        known.extend(["timeoutMs", "cancelOnTimeout"]);
+    }
+    let m = args(v, &known)?;
+    // Reuse the REST rules for the shared fields.
+    let mut body = Map::new();
+    for k in ["clientCommandId", "content", "replyToEventId"] {
+        if let Some(x) = m.get(k) {
+            body.insert(k.into(), x.clone());
+        }
+    }
+    body.insert(
+        "to".into(),
+        if with_to {
+            m.get("to").cloned().unwrap_or(Value::Null)
+        } else {
+            json!(["@all"])
+        },
+    );
+    let p = crate::request::parse_post_message(
+        Value::Object(body).to_string().as_bytes(),
+        max_content,
+    )?;
+    Ok(Post {
+        to: with_to.then_some(p.to),
+        content: p.content,
+        reply_to_event_id: p.reply_to_event_id,
+        client_command_id: p.client_command_id,
+        timeout_ms: if ask { wait_ms(&m)? } else { None },
+        cancel_on_timeout: m
+            .get("cancelOnTimeout")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+    })
+}
+
+/// Parses collect arguments.
+pub fn parse_collect(v: &Value) -> Result<Collect, GroupxError> {
+    let m = args(v, &["messageEventId", "timeoutMs"])?;
+    Ok(Collect {
+        message_event_id: opt_str(&m, "messageEventId")?
+            .ok_or_else(|| bad("messageEventId is required", "messageEventId"))?,
+        timeout_ms: wait_ms(&m)?,
+    })
+}
+
+/// Parses read arguments.
+pub fn parse_read(v: &Value) -> Result<Read, GroupxError> {
+    let m = args(v, &["correlationId", "afterSeq", "limit"])?;
+    let after_seq = match m.get("afterSeq") {
+        None | Some(Value::Null) => 0,
+        Some(v) => v
+            .as_u64()
+            .ok_or_else(|| bad("afterSeq must be a non-negative integer", "afterSeq"))?,
+    };
+    let limit = match m.get("limit") {
+        None | Some(Value::Null) => 50,
+        Some(v) => v
+            .as_u64()
+            .filter(|n| (1..=200).contains(n))
+            .ok_or_else(|| bad("limit must be 1-200", "limit"))? as usize,
+    };
+    Ok(Read {
+        correlation_id: opt_str(&m, "correlationId")?,
+        after_seq,
+        limit,
+    })
+}
+
+/// `tools/list`: the member tools of this slice.
+pub fn list() -> Value {
+    let to = json!({"type": "array", "items": {"type": "string"}, "minItems": 1,
+        "description": "agent ids (agent:<id>) to wake, or [\"@all\"] (all enabled agents but you)"});
+    let content =
+        json!({"type": "string", "description": "message text, visible to the whole room"});
+    let reply = json!({"type": ["string", "null"], "description": "event id this answers (default: your current turn's message)"});
+    let cid = json!({"type": "string", "description": "your retry key: the same key and payload never create a second message"});
+    let wait = json!({"type": "integer", "minimum": 0, "maximum": MAX_WAIT_MS});
+    json!({"tools": [
+        {"name": "groupx.send",
+         "description": "Post a message to the room and give each target a new turn (asynchronous: returns at once with the queued turns). A target already working gets the turn after its current one.",
+         "inputSchema": {"type": "object", "properties": {"to": to, "content": content, "replyToEventId": reply, "clientCommandId": cid},
+                         "required": ["to", "content", "clientCommandId"], "additionalProperties": false}},
+        {"name": "groupx.publish",
+         "description": "Post progress, a question or a conclusion to the room without waking anyone.",
+         "inputSchema": {"type": "object", "properties": {"content": content, "replyToEventId": reply, "clientCommandId": cid},
+                         "required": ["content", "clientCommandId"], "additionalProperties": false}},
+        {"name": "groupx.ask",
+         "description": "Like send, then wait (bounded, at most 60 s) for the targets' answers and return them. Returns state=pending at once if a target has work ahead; continue with groupx.collect, not a second ask. Asking an agent that is waiting on you is refused (CAUSAL_CYCLE): use send.",
+         "inputSchema": {"type": "object", "properties": {"to": to, "content": content, "replyToEventId": reply, "clientCommandId": cid,
+                         "timeoutMs": wait, "cancelOnTimeout": {"type": "boolean"}},
+                         "required": ["to", "content", "clientCommandId"], "additionalProperties": false}},
+        {"name": "groupx.collect",
+         "description": "Wait (bounded) for the turns an earlier ask created and return their results; creates nothing.",
+         "inputSchema": {"type": "object", "properties": {"messageEventId": {"type": "string"}, "timeoutMs": wait},
+                         "required": ["messageEventId"], "additionalProperties": false}},
+        {"name": "groupx.read",
+         "description": "Read room events (messages and turn outcomes), optionally of one correlation chain, after a seq.",
+         "inputSchema": {"type": "object", "properties": {"correlationId": {"type": "string"}, "afterSeq": {"type": "integer", "minimum": 0},
+                         "limit": {"type": "integer", "minimum": 1, "maximum": 200}}, "additionalProperties": false}}
+    ]})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_arguments_follow_the_rest_rules() {
+        let p = parse_post(
+            &json!({"to": ["agent:a"], "content": "x", "clientCommandId": "k"}),
+            true,
+            false,
+            10,
+        )
+        .unwrap();
+        assert_eq!(p.to, Some(Recipients::Agents(vec!["agent:a".into()])));
+        let e = parse_post(
+            &json!({"to": ["agent:a"], "content": "x", "clientCommandId": "k", "from": "agent:b"}),
+            true,
+            false,
+            10,
+        )
+        .unwrap_err();
+        assert_eq!(e.code, ErrorCode::SenderFieldForbidden);
+        let e = parse_post(
+            &json!({"to": ["agent:a"], "content": "x", "clientCommandId": "k"}),
+            false,
+            false,
+            10,
+        )
+        .unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidEnvelope, "publish takes no `to`");
+        let e = parse_post(&json!({"to": ["agent:a"], "content": "x", "clientCommandId": "k", "timeoutMs": 60_001}), true, true, 10).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("timeoutMs"));
+        assert_eq!(parse_read(&json!({})).unwrap().limit, 50);
+        assert!(parse_read(&json!({"limit": 0})).is_err());
+        assert!(parse_collect(&json!({})).is_err());
+        let names: Vec<String> = list()["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "groupx.send",
+                "groupx.publish",
+                "groupx.ask",
+                "groupx.collect",
+                "groupx.read"
+            ]
+        );
+    }
+}
