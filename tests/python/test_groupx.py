@@ -426,3 +426,17 @@ def test_the_page_health_and_the_other_faces_see_the_same_messages(gx):
     msgs = [e for e in tail["result"]["events"] if e["kind"] == "chat.message"]
     assert [(m["by"], m["data"]["text"]) for m in msgs] == [("user", "seen by cccc too"), ("echo", "echo: seen by cccc too")]
     assert msgs[0]["id"] == v["messageEventId"]
+
+
+def test_the_web_page_sends_and_renders_against_the_real_daemon(gx):
+    """The page itself (tests/js/page_live_test.mjs in jsdom) against this daemon: bootstrap,
+    stream, composer, the agent's reply rendered as text."""
+    import shutil
+    import subprocess
+    node = shutil.which("node")
+    if not node or not (ROOT / "tests" / "js" / "node_modules" / "jsdom").exists():
+        pytest.skip("node and jsdom (npm install --prefix tests/js) are needed")
+    r = subprocess.run([node, str(ROOT / "tests" / "js" / "page_live_test.mjs"), f"http://127.0.0.1:{gx.port}/"],
+                       capture_output=True, text=True, timeout=90)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count("ok - ") == 3, r.stdout
