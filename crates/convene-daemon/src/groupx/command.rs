@@ -31,47 +31,119 @@ pub(super) struct Origin {
 impl Face {
     /// Appends the message and one queued turn per target in one commit, or answers the
     /// first result of the same command again.
+    ///
+    /// The room lock is held to validate and to queue the commit, not while it is made:
+    /// concurrent senders share one fsync (group commit). What is queued but not folded is in
+    /// `Room::pending`, so a retry of it waits for it, its targets' capacity counts it, and
+    /// their lanes wait until it is folded (FIFO by seq, §8.3). Call it from a task that
+    /// cannot be cancelled: a commit that lands must be folded.
     pub(super) async fn create(
         &self,
-        room: &mut MutexGuard<'_, Room>,
         o: Origin,
         targets: Vec<String>,
         content: String,
         reply_to: Option<String>,
     ) -> Result<CommandRec, GroupxError> {
         let key = command_key(&o.binding, &o.client_command_id);
-        if let Some(c) = room.commands.get(&key) {
-            if c.canonical != o.canonical {
+        let rx = {
+            let mut room = loop {
+                let changed = self.changed.notified();
+                tokio::pin!(changed);
+                changed.as_mut().enable();
+                let room = self.room.lock().await;
+                if let Some(c) = room.commands.get(&key) {
+                    if c.canonical != o.canonical {
+                        return Err(GroupxError::new(
+                            ErrorCode::ClientCommandConflict,
+                            "this clientCommandId was used for another command",
+                        )
+                        .field("clientCommandId"));
+                    }
+                    return Ok(c.clone());
+                }
+                if !room.pending.contains_key(&key) {
+                    break room;
+                }
+                // The same command is committing: answer what it answers.
+                drop(room);
+                changed.await;
+            };
+            let lim = &self.cfg.limits;
+            if let Some(t) = targets
+                .iter()
+                .find(|t| room.depth(t) >= lim.queue_per_agent)
+            {
                 return Err(GroupxError::new(
-                    ErrorCode::ClientCommandConflict,
-                    "this clientCommandId was used for another command",
+                    ErrorCode::QueueCapacityReached,
+                    format!(
+                        "agent:{t} already has {} unfinished turns",
+                        lim.queue_per_agent
+                    ),
                 )
-                .field("clientCommandId"));
+                .field("to"));
             }
-            return Ok(c.clone());
-        }
-        let lim = &self.cfg.limits;
-        if let Some(t) = targets
-            .iter()
-            .find(|t| room.depth(t) >= lim.queue_per_agent)
-        {
-            return Err(GroupxError::new(
-                ErrorCode::QueueCapacityReached,
-                format!(
-                    "agent:{t} already has {} unfinished turns",
-                    lim.queue_per_agent
-                ),
-            )
-            .field("to"));
-        }
-        let corr_id = ids::correlation_id();
-        let (root, hop) = match &o.parent {
-            Some(p) => (p.corr.root_correlation_id.clone(), p.hop + 1),
-            None => (corr_id.clone(), 0),
+            let corr_id = ids::correlation_id();
+            let (root, hop) = match &o.parent {
+                Some(p) => (p.corr.root_correlation_id.clone(), p.hop + 1),
+                None => (corr_id.clone(), 0),
+            };
+            if !targets.is_empty() {
+                self.check_chain(&mut room, &o, &root, hop, &targets)
+                    .await?;
+            }
+            let cmds =
+                self.create_commands(&room, &o, &corr_id, &root, hop, &targets, content, reply_to);
+            let rx = self
+                .d
+                .ledger
+                .submit(Command::All { steps: cmds })
+                .await
+                .map_err(super::from_core)?;
+            room.pending.insert(key.clone(), targets.clone());
+            rx
         };
-        if !targets.is_empty() {
-            self.check_chain(room, &o, &root, hop, &targets).await?;
+        let res = rx.await;
+        let mut room = self.room.lock().await;
+        room.pending.remove(&key);
+        let res = match res {
+            Ok(Ok(c)) => {
+                for (ev, _) in &c.events {
+                    room.fold(ev.seq, &ev.id, &ev.kind, &ev.by, &ev.data);
+                }
+                room.commands
+                    .get(&key)
+                    .cloned()
+                    .ok_or_else(|| GroupxError::new(ErrorCode::StorageError, "command not folded"))
+            }
+            Ok(Err(e)) => Err(super::from_core(e)),
+            Err(_) => Err(GroupxError::new(
+                ErrorCode::Unavailable,
+                "the ledger stopped",
+            )),
+        };
+        drop(room);
+        self.changed.notify_waiters();
+        for t in &targets {
+            if let Some(w) = self.wake.get(t) {
+                w.notify_one();
+            }
         }
+        res
+    }
+
+    /// The message and its queued turns.
+    #[allow(clippy::too_many_arguments)]
+    fn create_commands(
+        &self,
+        room: &Room,
+        o: &Origin,
+        corr_id: &str,
+        root: &str,
+        hop: u64,
+        targets: &[String],
+        content: String,
+        reply_to: Option<String>,
+    ) -> Vec<Command> {
         let msg_id = ids::event_id();
         let gx_to: Vec<String> = targets.iter().map(|t| format!("agent:{t}")).collect();
         // A reply chain forms by itself: an agent's message answers its turn's source.
@@ -88,16 +160,16 @@ impl Face {
             group_id: self.group_id.clone(),
             by: o.by.clone(),
             text: Some(content),
-            to: targets.clone(),
+            to: targets.to_vec(),
             reply_to,
             extra,
             event_id: Some(msg_id.clone()),
             ..SendArgs::default()
         })];
-        for t in &targets {
+        for t in targets {
             let corr = Correlation {
-                correlation_id: corr_id.clone(),
-                root_correlation_id: root.clone(),
+                correlation_id: corr_id.to_string(),
+                root_correlation_id: root.to_string(),
                 causation_id: Some(msg_id.clone()),
                 to: vec![format!("agent:{t}")],
             };
@@ -109,18 +181,7 @@ impl Face {
             }
             cmds.push(self.ext("turn.queued", &corr, body));
         }
-        self.append(room, cmds).await?;
-        let c = room
-            .commands
-            .get(&key)
-            .cloned()
-            .ok_or_else(|| GroupxError::new(ErrorCode::StorageError, "command not folded"))?;
-        for t in &targets {
-            if let Some(w) = self.wake.get(t) {
-                w.notify_one();
-            }
-        }
-        Ok(c)
+        cmds
     }
 
     /// §6.6 and §7: a synchronous ask may not wait on an ancestor; a chain may not grow past

@@ -143,6 +143,14 @@ async fn body(req: Request<Incoming>) -> Result<Bytes, GroupxError> {
     }
 }
 
+/// Awaits a face task spawned so that the caller hanging up cannot cancel it half-way.
+async fn detached(
+    h: tokio::task::JoinHandle<Result<Value, GroupxError>>,
+) -> Result<Value, GroupxError> {
+    h.await
+        .unwrap_or_else(|e| Err(GroupxError::new(ErrorCode::Unavailable, e.to_string())))
+}
+
 async fn route(
     face: Arc<Face>,
     req: Request<Incoming>,
@@ -185,7 +193,9 @@ async fn route(
                 let r = async {
                     let b = body(req).await?;
                     let p = parse_post_message(&b, max)?;
-                    face.post_message(p).await
+                    // In its own task: a client that hangs up must not cut off the fold of a
+                    // commit that lands.
+                    detached(tokio::spawn(async move { face.post_message(p).await })).await
                 }
                 .await;
                 match r {
@@ -220,7 +230,11 @@ async fn route(
                         )
                     }
                 };
-                match super::mcp::handle(face, binding, agent, msg).await {
+                let answer = tokio::spawn(super::mcp::handle(face, binding, agent, msg)).await;
+                match answer.unwrap_or_else(|_| {
+                    super::mcp::Answer::Json(serde_json::json!({"jsonrpc": "2.0", "id": null,
+                        "error": {"code": -32603, "message": "internal error"}}))
+                }) {
                     super::mcp::Answer::Json(v) => json(200, &v),
                     super::mcp::Answer::Accepted => {
                         full(StatusCode::ACCEPTED, "application/json", "")
@@ -242,7 +256,7 @@ async fn route(
             let r = async {
                 let b = body(req).await?;
                 parse_cancel(&b)?;
-                face.cancel(&id).await
+                detached(tokio::spawn(async move { face.cancel(&id).await })).await
             }
             .await;
             match r {

@@ -63,8 +63,11 @@ async fn run(face: Arc<Face>, cfg: AgentConfig) {
         }
         let next = {
             let room = face.room.lock().await;
+            // A command for this agent that is committing may hold an earlier turn: wait
+            // for its fold, then take the first in seq order.
             match room.active(&cfg.id) {
                 Some(_) => None,
+                None if room.pending_for(&cfg.id) => None,
                 None => room.next_queued(&cfg.id).cloned(),
             }
         };
@@ -448,6 +451,14 @@ async fn run_turn(
                     },
                     r = &mut done => {
                         while let Ok(u) = updates.try_recv() {
+                            if !started {
+                                // Updates that raced the answer still prove the start.
+                                started = true;
+                                let b = json!({"turnId": tid, "attemptId": attempt});
+                                if !commit(face, |r| status_is(r, &tid, &[TurnStatus::Dispatching, TurnStatus::Cancelling]), || vec![face.ext("turn.started", &corr, b.clone())]).await {
+                                    return false;
+                                }
+                            }
                             got.take(face, &who, &corr, &tid, u);
                         }
                         break r.unwrap_or(Err(AcpError::Protocol("agent connection lost".into())));

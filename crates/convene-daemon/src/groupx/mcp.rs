@@ -116,18 +116,18 @@ async fn call(
     match name {
         "groupx.send" => {
             let p = tools::parse_post(args, true, false, max)?;
-            let (c, _) = post(face, binding, agent, "mcp.send", &p).await?;
+            let c = post(face, binding, agent, "mcp.send", &p).await?;
             let room = face.room.lock().await;
             Ok(face.post_answer(&room, &c.message_event_id, &c.correlation_id, &c.turns))
         }
         "groupx.publish" => {
             let p = tools::parse_post(args, false, false, max)?;
-            let (c, _) = post(face, binding, agent, "mcp.publish", &p).await?;
+            let c = post(face, binding, agent, "mcp.publish", &p).await?;
             Ok(json!({"messageEventId": c.message_event_id, "correlationId": c.correlation_id}))
         }
         "groupx.ask" => {
             let p = tools::parse_post(args, true, true, max)?;
-            let (c, _) = post(face, binding, agent, "mcp.ask", &p).await?;
+            let c = post(face, binding, agent, "mcp.ask", &p).await?;
             let ahead = c.turns.iter().any(|(_, _, pos)| *pos > 0);
             let wait = if ahead {
                 Duration::ZERO
@@ -181,7 +181,7 @@ async fn post(
     agent: &str,
     ty: &'static str,
     p: &Post,
-) -> Result<(super::room::CommandRec, ()), GroupxError> {
+) -> Result<super::room::CommandRec, GroupxError> {
     let targets = match &p.to {
         Some(to) => face.targets(to, Some(agent))?,
         None => Vec::new(),
@@ -197,13 +197,11 @@ async fn post(
                 .field("to"),
         );
     }
-    let mut room = face.room.lock().await;
-    let parent = face
-        .current
-        .lock()
-        .get(agent)
-        .and_then(|t| room.turns.get(t))
-        .cloned();
+    let parent = {
+        let room = face.room.lock().await;
+        let current = face.current.lock().get(agent).cloned();
+        current.and_then(|t| room.turns.get(&t).cloned())
+    };
     let origin = Origin {
         by: agent.to_string(),
         binding: binding.to_string(),
@@ -212,16 +210,13 @@ async fn post(
         command_type: ty,
         parent,
     };
-    let c = face
-        .create(
-            &mut room,
-            origin,
-            targets,
-            p.content.clone(),
-            p.reply_to_event_id.clone(),
-        )
-        .await?;
-    Ok((c, ()))
+    face.create(
+        origin,
+        targets,
+        p.content.clone(),
+        p.reply_to_event_id.clone(),
+    )
+    .await
 }
 
 impl Face {

@@ -298,10 +298,10 @@ impl Face {
             command_type: "web.message",
             parent: None,
         };
-        let mut room = self.room.lock().await;
         let c = self
-            .create(&mut room, origin, targets, p.content, p.reply_to_event_id)
+            .create(origin, targets, p.content, p.reply_to_event_id)
             .await?;
+        let room = self.room.lock().await;
         Ok(self.post_answer(&room, &c.message_event_id, &c.correlation_id, &c.turns))
     }
 

@@ -33,6 +33,8 @@ pub struct Turn {
     pub command_type: String,
     /// The response message of a completed turn.
     pub response_event_id: Option<String>,
+    /// The seq of its `turn.queued` (its place in the lane).
+    pub queued_seq: u64,
 }
 
 /// A `clientCommandId` already served, and what it answered.
@@ -65,6 +67,9 @@ pub struct Room {
     pub seen_up_to: HashMap<String, u64>,
     /// Highest seq folded.
     pub head: u64,
+    /// Commands submitted to the ledger and not folded yet: key → target agents. Their
+    /// retries wait for them, their targets count against capacity, and those lanes wait.
+    pub pending: HashMap<String, Vec<String>>,
 }
 
 fn body(data: &Value) -> &Value {
@@ -156,11 +161,16 @@ impl Room {
                 hop: b.get("hopCount").and_then(Value::as_u64).unwrap_or(0),
                 command_type: s(b, "commandType"),
                 response_event_id: None,
+                queued_seq: seq,
             };
-            self.lanes
-                .entry(agent.to_string())
-                .or_default()
-                .push_back(turn_id.clone());
+            // Folds of concurrent commands may come out of commit order: keep the lane in
+            // enqueue (seq) order, which is its FIFO order (§8.3).
+            let lane = self.lanes.entry(agent.to_string()).or_default();
+            let at = lane
+                .iter()
+                .position(|id| self.turns.get(id).is_some_and(|t| t.queued_seq > seq))
+                .unwrap_or(lane.len());
+            lane.insert(at, turn_id.clone());
             self.turns.insert(turn_id, turn);
             return;
         }
@@ -197,9 +207,19 @@ impl Room {
         }
     }
 
-    /// Unfinished turns of an agent (its queue depth).
+    /// Unfinished turns of an agent (its queue depth), counting commands not folded yet.
     pub fn depth(&self, agent: &str) -> usize {
         self.lanes.get(agent).map_or(0, VecDeque::len)
+            + self
+                .pending
+                .values()
+                .filter(|t| t.iter().any(|x| x == agent))
+                .count()
+    }
+
+    /// Whether a command with a turn for `agent` is committing (its lane must wait for it).
+    pub fn pending_for(&self, agent: &str) -> bool {
+        self.pending.values().any(|t| t.iter().any(|x| x == agent))
     }
 
     /// The agent's next turn still waiting to be dispatched.
