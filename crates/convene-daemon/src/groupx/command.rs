@@ -40,6 +40,9 @@ impl Face {
         reply_to: Option<String>,
     ) -> Result<CommandRec, GroupxError> {
         let key = command_key(&o.binding, &o.client_command_id);
+        if room.memory.commands.contains_key(&key) {
+            return Err(super::memory::conflict());
+        }
         if let Some(c) = room.commands.get(&key) {
             if c.canonical != o.canonical {
                 return Err(GroupxError::new(

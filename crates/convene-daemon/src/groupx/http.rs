@@ -115,7 +115,7 @@ fn guard(req: &Request<Incoming>, port: u16) -> Result<(), GroupxError> {
     Ok(())
 }
 
-async fn body(req: Request<Incoming>) -> Result<Bytes, GroupxError> {
+pub(super) async fn body(req: Request<Incoming>) -> Result<Bytes, GroupxError> {
     if let Some(ct) = req.headers().get(CONTENT_TYPE) {
         let ct = ct.to_str().unwrap_or("");
         if !ct.trim_start().starts_with("application/json") {
@@ -250,6 +250,7 @@ async fn route(
                 Err(e) => error(&e),
             }
         }
+        p if super::memory_api::handles(p) => super::memory_api::route(face, req, p).await,
         _ => error(&GroupxError::new(
             ErrorCode::NotFound,
             format!("no route {path}"),

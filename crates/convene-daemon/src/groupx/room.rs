@@ -65,6 +65,8 @@ pub struct Room {
     pub seen_up_to: HashMap<String, u64>,
     /// Highest seq folded.
     pub head: u64,
+    /// Memory, identity and the context floor (§10.4, §10.5).
+    pub memory: super::memory::Memory,
 }
 
 fn body(data: &Value) -> &Value {
@@ -101,6 +103,7 @@ impl Room {
     /// move turns: nothing another face appends can complete or cancel a turn.
     pub fn fold(&mut self, seq: u64, id: &str, kind: &str, by: &str, data: &Value) {
         self.head = self.head.max(seq);
+        self.memory.fold(seq, id, kind, by, data);
         if kind == "chat.message" {
             let g = data.get("groupx");
             if let Some(g) = g {
