@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 
-use convene_groupx::envelope::{actor_id_of, KIND_PREFIX, LEDGER_SYSTEM};
+use convene_groupx::envelope::{actor_id_of, KIND_PREFIX, LEDGER_SYSTEM, LEDGER_USER, USER_WEB};
 use convene_groupx::memory::{Change, Family, RecordQuery};
 use convene_groupx::{ErrorCode, GroupxError};
 use serde_json::{json, Map, Value};
@@ -168,8 +168,14 @@ impl Memory {
             return;
         };
         let gx = data.get("groupx").unwrap_or(&Value::Null);
+        let binding = s(gx, "binding").unwrap_or_default();
+        // Only the broker writes for the web binding: another principal claiming it would
+        // otherwise take over the web client's keys.
+        if binding == USER_WEB && by != LEDGER_USER && by != LEDGER_SYSTEM {
+            return;
+        }
         if let (Some((status, body)), Some(cid)) = (answer, s(gx, "clientCommandId")) {
-            let key = command_key(&s(gx, "binding").unwrap_or_default(), &cid);
+            let key = command_key(&binding, &cid);
             let canonical = s(gx, "canonical").unwrap_or_default();
             self.commands.entry(key).or_insert(Answer {
                 canonical,
@@ -399,6 +405,27 @@ mod tests {
         assert_eq!(
             m.current(Family::Identity, "mem_2").unwrap_err().code,
             ErrorCode::UnknownIdentity
+        );
+    }
+
+    #[test]
+    fn only_the_broker_answers_for_the_web_binding() {
+        let mut m = Memory::default();
+        m.fold(
+            1,
+            "e1",
+            "x.groupx.memory.remembered",
+            "codex",
+            &ev(
+                "k",
+                json!({"memoryId": "mem_1", "scope": "room", "content": "x"}),
+            ),
+        );
+        assert!(!m.commands.contains_key(&command_key("user:web", "k")));
+        // The record itself stands, authored by who wrote it.
+        assert_eq!(
+            m.list(Family::Memory, &RecordQuery::default())[0]["authorActorId"],
+            "agent:codex"
         );
     }
 

@@ -98,8 +98,13 @@ pub(super) async fn route(face: Arc<Face>, req: Request<Incoming>, path: &str) -
                     _ => not_allowed(),
                 }
             }
-            ["api", f, id, op] if family(f).is_some() && !id.is_empty() => {
-                let fam = family(f).unwrap_or(Family::Memory);
+            ["api", f, id, op] => {
+                let Some(fam) = family(f) else {
+                    return Err(GroupxError::new(
+                        ErrorCode::NotFound,
+                        format!("no route {path}"),
+                    ));
+                };
                 if method != Method::POST {
                     return not_allowed();
                 }
