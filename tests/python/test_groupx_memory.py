@@ -391,3 +391,26 @@ def test_a_reset_floors_the_context_packet_of_every_agent(home, tmp_path):
         assert "gamma" not in prompt_of("delta")
     finally:
         d.stop()
+
+
+def test_memory_events_stream_live_over_sse_after_the_cursor(gx):
+    """The page learns of records the way it learns of messages: durable frames with their seq."""
+    after = gx.cursor()
+    c = http.client.HTTPConnection(gx.host, gx.port, timeout=10)
+    c.request("GET", f"/api/events?afterSeq={after}")
+    r = c.getresponse()
+    assert r.status == 200
+    m = gx.remember("streamed")
+    frames, cur = [], None
+    try:
+        while not any(f["type"] == "memory.remembered" for _, f in frames):
+            line = r.fp.readline().decode().rstrip("\n")
+            if line.startswith("id: "):
+                cur = line[4:]
+            elif line.startswith("data: "):
+                frames.append((cur, json.loads(line[6:])))
+    finally:
+        c.close()
+    fid, f = next((i, f) for i, f in frames if f["type"] == "memory.remembered")
+    assert f["body"]["memoryId"] == m["memoryId"] and f["seq"] == m["seq"] and fid == str(m["seq"])
+    assert f["actor"]["actorId"] == "user:web" and f["durability"] == "durable"
