@@ -165,6 +165,23 @@ test('approval/permission/user_input are never rendered; unknown types are gener
   assert.equal(s.turns.size, 0);
 });
 
+test('memory, identity and context.reset events are durable generic lines, never messages or turns', () => {
+  const s = GX.newState();
+  GX.reduce(s, env('memory.remembered', 50, { memoryId: 'mem_1', lineageId: 'mem_1', version: 1, supersedes: null,
+    scope: 'room', subjectActorId: null, authorActorId: 'user:web', agentMemoryType: null, content: 'uses cargo',
+    sourceEventId: null, createdAt: '2026-11-30T10:00:00Z' }, { actor: USER }));
+  GX.reduce(s, env('memory.superseded', 51, { memoryId: 'mem_2', lineageId: 'mem_1', version: 2, supersedes: 'mem_1',
+    content: 'uses cargo and just' }, { actor: USER }));
+  GX.reduce(s, env('memory.retracted', 52, { memoryId: 'mem_2', reason: 'old' }, { actor: USER }));
+  GX.reduce(s, env('identity.remembered', 53, { identityId: 'idn_1', kind: 'role', subjectActorId: 'agent:codex', content: 'reviewer' }, { actor: USER }));
+  GX.reduce(s, env('context.reset', 54, { floorSeq: 53, previousFloorSeq: 0, requestedBy: 'user:web' },
+    { actor: { actorId: 'system:groupx', kind: 'system', displayName: 'GroupX' } }));
+  assert.deepEqual(keys(s), ['g:evt_50', 'g:evt_51', 'g:evt_52', 'g:evt_53', 'g:evt_54']);
+  assert.equal(s.messages.size, 0);
+  assert.equal(s.turns.size, 0);
+  assert.equal(s.maxSeq, 54);
+});
+
 test('session events update the roster in seq order', () => {
   const s = booted();
   GX.reduce(s, env('session.starting', 40, { agent: 'agent:kimi' }));

@@ -55,6 +55,18 @@ pub enum ErrorCode {
     Unavailable,
     /// The ledger failed; nothing was acknowledged.
     StorageError,
+    /// No memory record has this id (§10.4).
+    UnknownMemory,
+    /// The memory record was retracted; it cannot be superseded or retracted again.
+    MemoryRetracted,
+    /// The memory record has a newer version; only the current version can change.
+    MemorySuperseded,
+    /// No identity record has this id (§10.4).
+    UnknownIdentity,
+    /// The identity record was retracted.
+    IdentityRetracted,
+    /// The identity record has a newer version.
+    IdentitySuperseded,
 }
 
 /// code, wire string, HTTP status.
@@ -112,6 +124,12 @@ const TABLE: &[(ErrorCode, &str, u16)] = &[
     (ErrorCode::MethodNotAllowed, "METHOD_NOT_ALLOWED", 405),
     (ErrorCode::Unavailable, "UNAVAILABLE", 503),
     (ErrorCode::StorageError, "STORAGE_ERROR", 500),
+    (ErrorCode::UnknownMemory, "UNKNOWN_MEMORY", 404),
+    (ErrorCode::MemoryRetracted, "MEMORY_RETRACTED", 409),
+    (ErrorCode::MemorySuperseded, "MEMORY_SUPERSEDED", 409),
+    (ErrorCode::UnknownIdentity, "UNKNOWN_IDENTITY", 404),
+    (ErrorCode::IdentityRetracted, "IDENTITY_RETRACTED", 409),
+    (ErrorCode::IdentitySuperseded, "IDENTITY_SUPERSEDED", 409),
 ];
 
 impl ErrorCode {

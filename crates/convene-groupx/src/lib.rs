@@ -6,6 +6,7 @@
 pub mod envelope;
 pub mod error;
 pub mod ids;
+pub mod memory;
 pub mod request;
 pub mod tools;
 pub mod turn;

@@ -48,12 +48,12 @@ impl PostMessage {
     }
 }
 
-fn invalid(msg: impl Into<String>, field: &str) -> GroupxError {
+pub(crate) fn invalid(msg: impl Into<String>, field: &str) -> GroupxError {
     GroupxError::new(ErrorCode::InvalidEnvelope, msg).field(field)
 }
 
 /// The body as an object, refusing sender and runtime fields first.
-fn object(body: &[u8]) -> Result<Map<String, Value>, GroupxError> {
+pub(crate) fn object(body: &[u8]) -> Result<Map<String, Value>, GroupxError> {
     let v: Value = if body.iter().all(u8::is_ascii_whitespace) {
         Value::Object(Map::new())
     } else {

@@ -51,6 +51,10 @@ impl Face {
                 tokio::pin!(changed);
                 changed.as_mut().enable();
                 let room = self.room.lock().await;
+                // Memory and messages share one key space per binding.
+                if room.memory.commands.contains_key(&key) {
+                    return Err(super::memory::conflict());
+                }
                 if let Some(c) = room.commands.get(&key) {
                     if c.canonical != o.canonical {
                         return Err(GroupxError::new(

@@ -3,7 +3,8 @@
 //! ```json
 //! {"agents": [{"id": "codex", "name": "Codex", "driver": "acp",
 //!              "command": ["codex-acp"], "cwd": "/src/app", "enabled": true, "mode": "auto"}],
-//!  "limits": {"messageBytes": 65536, "queuePerAgent": 32, "turnIdleMs": 600000}}
+//!  "limits": {"messageBytes": 65536, "queuePerAgent": 32, "turnIdleMs": 600000,
+//!             "contextCharacters": 200000}}
 //! ```
 //! Transport and access are not settings (§1: always structured, always unrestricted).
 
@@ -76,6 +77,9 @@ pub struct Limits {
     /// The longest a groupx.ask / collect waits (the spec's cap is 60,000).
     #[serde(default = "d_ask")]
     pub ask_ms: u64,
+    /// Room context size `GET /api/context` measures against (characters, §10.5).
+    #[serde(default = "d_context")]
+    pub context_characters: usize,
 }
 
 fn d_hops() -> u64 {
@@ -100,6 +104,9 @@ fn d_queue() -> usize {
 fn d_idle() -> u64 {
     600_000
 }
+fn d_context() -> usize {
+    200_000
+}
 
 impl Default for Limits {
     fn default() -> Self {
@@ -111,6 +118,7 @@ impl Default for Limits {
             max_turns_per_root: d_root_turns(),
             max_calls_per_agent_per_root: d_calls(),
             ask_ms: d_ask(),
+            context_characters: d_context(),
         }
     }
 }
@@ -219,6 +227,7 @@ impl Config {
             || l.queue_per_agent == 0
             || l.max_turns_per_root == 0
             || l.max_calls_per_agent_per_root == 0
+            || l.context_characters == 0
             || l.ask_ms > 60_000
         {
             return Err(bad(

@@ -115,7 +115,7 @@ fn guard(req: &Request<Incoming>, port: u16) -> Result<(), GroupxError> {
     Ok(())
 }
 
-async fn body(req: Request<Incoming>) -> Result<Bytes, GroupxError> {
+pub(super) async fn body(req: Request<Incoming>) -> Result<Bytes, GroupxError> {
     if let Some(ct) = req.headers().get(CONTENT_TYPE) {
         let ct = ct.to_str().unwrap_or("");
         if !ct.trim_start().starts_with("application/json") {
@@ -263,6 +263,13 @@ async fn route(
                 Ok(v) => json(202, &v),
                 Err(e) => error(&e),
             }
+        }
+        p if super::memory_api::handles(p) => {
+            // Detached like the other writes: a hung-up client cannot cut a fold short.
+            let p = p.to_string();
+            tokio::spawn(async move { super::memory_api::route(face, req, &p).await })
+                .await
+                .unwrap_or_else(|e| error(&GroupxError::new(ErrorCode::Unavailable, e.to_string())))
         }
         _ => error(&GroupxError::new(
             ErrorCode::NotFound,

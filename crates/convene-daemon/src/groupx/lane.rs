@@ -192,14 +192,12 @@ async fn start_session(face: &Face, cfg: &AgentConfig) -> Result<Session, String
 
 /// The earlier room messages this agent has not seen, and the turn's own message.
 async fn packet(face: &Face, cfg: &AgentConfig, turn: &Turn) -> String {
-    let after = face
-        .room
-        .lock()
-        .await
-        .seen_up_to
-        .get(&cfg.id)
-        .copied()
-        .unwrap_or(0);
+    let after = {
+        let room = face.room.lock().await;
+        let seen = room.seen_up_to.get(&cfg.id).copied().unwrap_or(0);
+        // A context.reset (§10.5) is a floor for every agent's packet.
+        seen.max(room.memory.context.floor_seq)
+    };
     let (r, g) = (face.d.ledger.readers().clone(), face.group_id.clone());
     let before = turn.source_seq.max(1);
     let kinds = vec!["chat.message".to_string()];

@@ -14,6 +14,8 @@ mod context;
 mod http;
 mod lane;
 mod mcp;
+mod memory;
+mod memory_api;
 pub mod room;
 mod sse;
 

@@ -70,6 +70,8 @@ pub struct Room {
     /// Commands submitted to the ledger and not folded yet: key → target agents. Their
     /// retries wait for them, their targets count against capacity, and those lanes wait.
     pub pending: HashMap<String, Vec<String>>,
+    /// Memory, identity and the context floor (§10.4, §10.5).
+    pub memory: super::memory::Memory,
 }
 
 fn body(data: &Value) -> &Value {
@@ -106,6 +108,7 @@ impl Room {
     /// move turns: nothing another face appends can complete or cancel a turn.
     pub fn fold(&mut self, seq: u64, id: &str, kind: &str, by: &str, data: &Value) {
         self.head = self.head.max(seq);
+        self.memory.fold(seq, id, kind, by, data);
         if kind == "chat.message" {
             let g = data.get("groupx");
             if let Some(g) = g {
