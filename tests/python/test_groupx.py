@@ -440,3 +440,31 @@ def test_the_web_page_sends_and_renders_against_the_real_daemon(gx):
                        capture_output=True, text=True, timeout=90)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.count("ok - ") == 3, r.stdout
+
+
+def test_a_message_from_another_face_wakes_the_agents_it_names_once(gx, home):
+    """North star: one room for every face. A CCCC client's send into the GroupX room names
+    `echo`: echo gets one turn, answers in the room, and the CCCC side sees the reply."""
+    groups = gx.d.raw({"v": 1, "op": "groups", "args": {}})["result"]["groups"]
+    gid = next(g["group_id"] for g in groups if g["title"] == "groupx main")
+    r = gx.d.raw({"v": 1, "op": "send", "args": {"group_id": gid, "by": "user", "text": "hello from cccc",
+                                                  "to": ["echo"], "message_mode": "request_reply"}})
+    assert r["ok"] is True, r
+    src = r["result"]["event"]["id"]
+    turn = gx.wait(lambda evs: next((e for e in evs if e["type"] == "turn.queued" and e["body"]["sourceEventId"] == src), None))
+    assert turn["body"]["target"] == "agent:echo" and turn["body"]["commandType"] == "face.message"
+    assert gx.wait_terminal(turn["body"]["turnId"])["type"] == "turn.completed"
+    tail = gx.d.raw({"v": 1, "op": "ledger_tail", "args": {"group_id": gid, "limit": 50}})["result"]["events"]
+    answer = next(e for e in tail if e["kind"] == "chat.message" and e["by"] == "echo")
+    assert answer["data"]["text"] == "echo: hello from cccc" and answer["data"]["reply_to"] == src
+    # A message naming nobody the broker drives wakes nobody; a restart makes no second turn.
+    gx.d.raw({"v": 1, "op": "send", "args": {"group_id": gid, "by": "user", "text": "note to self", "to": ["user"]}})
+    gx.d.stop()
+    d = Daemon(home, ["--groupx", "127.0.0.1:0"]).start()
+    try:
+        g2 = GX(d)
+        time.sleep(0.5)
+        queued = [e for e in g2.events() if e["type"] == "turn.queued"]
+        assert [e["body"]["sourceEventId"] for e in queued] == [src]
+    finally:
+        d.stop()

@@ -11,6 +11,7 @@
 mod command;
 pub mod config;
 mod context;
+mod follow;
 mod http;
 mod lane;
 mod mcp;
@@ -177,6 +178,13 @@ impl Face {
             cfg,
         });
         face.recover().await;
+        // Foreign messages are followed from the last one already answered by a turn (or the
+        // room's start): one committed just before a crash is not missed.
+        let from = {
+            let room = face.room.lock().await;
+            room.foreign_resume_point()
+        };
+        follow::spawn(face.clone(), from);
         for a in face.cfg.agents.iter().filter(|a| a.enabled) {
             lane::spawn(face.clone(), a.clone());
         }

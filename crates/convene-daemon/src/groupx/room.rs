@@ -72,6 +72,8 @@ pub struct Room {
     pub pending: HashMap<String, Vec<String>>,
     /// Memory, identity and the context floor (§10.4, §10.5).
     pub memory: super::memory::Memory,
+    /// Highest seq of a message from another face.
+    pub foreign_head: u64,
 }
 
 fn body(data: &Value) -> &Value {
@@ -111,6 +113,20 @@ impl Room {
         self.memory.fold(seq, id, kind, by, data);
         if kind == "chat.message" {
             let g = data.get("groupx");
+            if g.is_none() {
+                // A message from another face (CCCS IPC, an import): known by its id, so the
+                // turns its recipients get can be found and never made twice (§8.2).
+                let key = command_key("face", id);
+                self.by_message.insert(id.to_string(), key.clone());
+                self.commands.entry(key).or_insert(CommandRec {
+                    canonical: String::new(),
+                    message_event_id: id.to_string(),
+                    message_seq: seq,
+                    correlation_id: format!("corr_{id}"),
+                    turns: Vec::new(),
+                });
+                self.foreign_head = self.foreign_head.max(seq);
+            }
             if let Some(g) = g {
                 if let Some(cid) = g.get("clientCommandId").and_then(Value::as_str) {
                     let key = command_key(&s(g, "binding"), cid);
@@ -285,6 +301,28 @@ impl Room {
                     .collect()
             })
             .unwrap_or_default()
+    }
+
+    /// Where the follower of foreign messages resumes: before the first foreign message that
+    /// has no turn yet and came after the last one that has (older ones were seen by an earlier
+    /// run, which made their turns or found nobody to wake).
+    pub fn foreign_resume_point(&self) -> u64 {
+        let answered = self
+            .turns
+            .values()
+            .filter(|t| t.command_type == "face.message")
+            .map(|t| t.source_seq)
+            .max()
+            .unwrap_or(0);
+        // At worst the follower re-reads the crash window; has_turn keeps it idempotent.
+        answered.min(self.foreign_head)
+    }
+
+    /// Whether `target` already has a turn for this message.
+    pub fn has_turn(&self, message_event_id: &str, target: &str) -> bool {
+        self.turns_of(message_event_id)
+            .iter()
+            .any(|t| t.target == target)
     }
 
     /// The seq of a message the broker created.
