@@ -47,6 +47,14 @@ pub enum ErrorCode {
     McpUnavailable,
     /// The MCP binding names no live session, or not the caller's.
     McpBindingMismatch,
+    /// A supervision pair is malformed or names an observer it may not (§4.3).
+    SupervisionPairInvalid,
+    /// watch/steer from a turn that is not a Watch Turn (§6.7).
+    SupervisionWatchRequired,
+    /// A Watch Turn tried to send/ask the worker it watches: steer instead (§6.7).
+    SupervisionSteerRequired,
+    /// The watched turn has been steered as often as allowed (§6.7, §7).
+    SteerLimitReached,
     /// The route or method does not exist.
     NotFound,
     /// The method is not allowed on this route.
@@ -120,6 +128,22 @@ const TABLE: &[(ErrorCode, &str, u16)] = &[
     ),
     (ErrorCode::McpUnavailable, "MCP_UNAVAILABLE", 503),
     (ErrorCode::McpBindingMismatch, "MCP_BINDING_MISMATCH", 403),
+    (
+        ErrorCode::SupervisionPairInvalid,
+        "SUPERVISION_PAIR_INVALID",
+        400,
+    ),
+    (
+        ErrorCode::SupervisionWatchRequired,
+        "SUPERVISION_WATCH_REQUIRED",
+        403,
+    ),
+    (
+        ErrorCode::SupervisionSteerRequired,
+        "SUPERVISION_STEER_REQUIRED",
+        409,
+    ),
+    (ErrorCode::SteerLimitReached, "STEER_LIMIT_REACHED", 429),
     (ErrorCode::NotFound, "NOT_FOUND", 404),
     (ErrorCode::MethodNotAllowed, "METHOD_NOT_ALLOWED", 405),
     (ErrorCode::Unavailable, "UNAVAILABLE", 503),

@@ -34,6 +34,59 @@ pub struct PostMessage {
     pub content: String,
     /// Visible reply relation.
     pub reply_to_event_id: Option<String>,
+    /// Observers to pair with the workers (§4.3).
+    pub supervision: Option<Supervision>,
+}
+
+/// `SupervisionPair` (§4.3): 1-4 observers, mode `live_steer`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Supervision {
+    /// Observer agent ids (`agent:<id>`), distinct, in the order given.
+    pub observers: Vec<String>,
+}
+
+/// Most observers of one command.
+pub const MAX_OBSERVERS: usize = 4;
+
+/// Parses a `supervision` field (`None` when absent or null).
+pub fn parse_supervision(v: Option<&Value>) -> Result<Option<Supervision>, GroupxError> {
+    let pair = |m: &str| {
+        GroupxError::new(ErrorCode::SupervisionPairInvalid, m.to_string()).field("supervision")
+    };
+    let m = match v {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Object(m)) => m,
+        Some(_) => return Err(pair("supervision must be {observers, mode}")),
+    };
+    if let Some(k) = m
+        .keys()
+        .find(|k| !["observers", "mode"].contains(&k.as_str()))
+    {
+        return Err(pair(&format!("unknown supervision field `{k}`")));
+    }
+    if m.get("mode").and_then(Value::as_str) != Some("live_steer") {
+        return Err(pair("supervision mode must be \"live_steer\""));
+    }
+    let Some(list) = m.get("observers").and_then(Value::as_array) else {
+        return Err(pair("supervision.observers must be an array"));
+    };
+    let mut observers: Vec<String> = Vec::new();
+    for o in list {
+        let Some(id) = o
+            .as_str()
+            .filter(|s| crate::envelope::agent_ledger_id(s).is_some())
+        else {
+            return Err(pair("observers are agent ids (agent:<id>)"));
+        };
+        if observers.iter().any(|x| x == id) {
+            return Err(pair(&format!("{id} is named twice")));
+        }
+        observers.push(id.to_string());
+    }
+    if observers.is_empty() || observers.len() > MAX_OBSERVERS {
+        return Err(pair(&format!("1-{MAX_OBSERVERS} observers")));
+    }
+    Ok(Some(Supervision { observers }))
 }
 
 impl PostMessage {
@@ -43,8 +96,10 @@ impl PostMessage {
             Recipients::All => vec!["@all"],
             Recipients::Agents(a) => a.iter().map(String::as_str).collect(),
         };
-        serde_json::json!({"to": to, "content": self.content, "replyToEventId": self.reply_to_event_id})
-            .to_string()
+        let observers = self.supervision.as_ref().map(|s| s.observers.clone());
+        serde_json::json!({"to": to, "content": self.content, "replyToEventId": self.reply_to_event_id,
+            "observers": observers})
+        .to_string()
     }
 }
 
@@ -96,12 +151,7 @@ pub fn parse_post_message(body: &[u8], max_content: usize) -> Result<PostMessage
     if let Some(k) = m.keys().find(|k| !KNOWN.contains(&k.as_str())) {
         return Err(invalid(format!("unknown field `{k}`"), k));
     }
-    if m.get("supervision").is_some_and(|v| !v.is_null()) {
-        return Err(invalid(
-            "supervision pairs are not supported by this broker yet",
-            "supervision",
-        ));
-    }
+    let supervision = parse_supervision(m.get("supervision"))?;
     let id = match m.get("clientCommandId") {
         Some(Value::String(s)) if !s.is_empty() && s.len() <= MAX_CLIENT_COMMAND_ID => s.clone(),
         Some(Value::String(_)) => {
@@ -154,6 +204,7 @@ pub fn parse_post_message(body: &[u8], max_content: usize) -> Result<PostMessage
         to,
         content,
         reply_to_event_id,
+        supervision,
     })
 }
 
@@ -268,7 +319,15 @@ mod tests {
             ),
             (
                 r#"{"clientCommandId":"c","to":["agent:a"],"content":"x","supervision":{"observers":["agent:b"]}}"#,
-                ErrorCode::InvalidEnvelope,
+                ErrorCode::SupervisionPairInvalid,
+            ),
+            (
+                r#"{"clientCommandId":"c","to":["agent:a"],"content":"x","supervision":{"observers":[],"mode":"live_steer"}}"#,
+                ErrorCode::SupervisionPairInvalid,
+            ),
+            (
+                r#"{"clientCommandId":"c","to":["agent:a"],"content":"x","supervision":{"observers":["agent:b","agent:b"],"mode":"live_steer"}}"#,
+                ErrorCode::SupervisionPairInvalid,
             ),
         ];
         for (body, code) in cases {

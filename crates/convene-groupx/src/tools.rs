@@ -24,6 +24,8 @@ pub struct Post {
     pub timeout_ms: Option<u64>,
     /// ask: cancel children still running when the wait ends.
     pub cancel_on_timeout: bool,
+    /// send/ask: observers to pair with the targets (§4.3).
+    pub supervision: Option<crate::request::Supervision>,
 }
 
 impl Post {
@@ -34,8 +36,10 @@ impl Post {
             Some(Recipients::All) => json!(["@all"]),
             Some(Recipients::Agents(a)) => json!(a),
         };
-        json!({"tool": tool, "to": to, "content": self.content, "replyToEventId": self.reply_to_event_id})
-            .to_string()
+        let observers = self.supervision.as_ref().map(|s| s.observers.clone());
+        json!({"tool": tool, "to": to, "content": self.content, "replyToEventId": self.reply_to_event_id,
+            "observers": observers})
+        .to_string()
     }
 }
 
@@ -111,7 +115,7 @@ pub fn parse_post(
 ) -> Result<Post, GroupxError> {
     let mut known = vec!["content", "replyToEventId", "clientCommandId"];
     if with_to {
-        known.push("to");
+        known.extend(["to", "supervision"]);
     }
     if ask {
         known.extend(["timeoutMs", "cancelOnTimeout"]);
@@ -146,6 +150,7 @@ pub fn parse_post(
             .get("cancelOnTimeout")
             .and_then(Value::as_bool)
             .unwrap_or(false),
+        supervision: crate::request::parse_supervision(m.get("supervision"))?,
     })
 }
 
@@ -182,6 +187,94 @@ pub fn parse_read(v: &Value) -> Result<Read, GroupxError> {
     })
 }
 
+/// `groupx.watch` (§6.7).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Watch {
+    /// The worker turn to watch (default: the pair's current worker turn).
+    pub subject_turn_id: Option<String>,
+    /// Wait for the terminal event rather than the next milestone.
+    pub until_terminal: bool,
+    /// Wait bound.
+    pub timeout_ms: Option<u64>,
+}
+
+/// `groupx.steer` (§6.7).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Steer {
+    /// The worker turn (default: the pair's current worker turn).
+    pub subject_turn_id: Option<String>,
+    /// Cancel the worker's turn and queue a new one with the guidance.
+    pub interrupt: bool,
+    /// Why: public.
+    pub reason: String,
+    /// The guidance: a public message.
+    pub content: String,
+    /// Retry key.
+    pub client_command_id: String,
+}
+
+impl Steer {
+    /// What a retry must repeat.
+    pub fn canonical(&self) -> String {
+        json!({"tool": "groupx.steer", "subject": self.subject_turn_id, "interrupt": self.interrupt,
+            "reason": self.reason, "content": self.content})
+        .to_string()
+    }
+}
+
+/// Parses watch arguments.
+pub fn parse_watch(v: &Value) -> Result<Watch, GroupxError> {
+    let m = args(v, &["subjectTurnId", "afterSeq", "until", "timeoutMs"])?;
+    let until_terminal = match m.get("until").and_then(Value::as_str) {
+        Some("terminal") => true,
+        Some("next_milestone") | None => false,
+        Some(_) => return Err(bad("until is next_milestone or terminal", "until")),
+    };
+    Ok(Watch {
+        subject_turn_id: opt_str(&m, "subjectTurnId")?,
+        until_terminal,
+        timeout_ms: wait_ms(&m)?,
+    })
+}
+
+/// Parses steer arguments.
+pub fn parse_steer(v: &Value, max_content: usize) -> Result<Steer, GroupxError> {
+    let m = args(
+        v,
+        &[
+            "subjectTurnId",
+            "action",
+            "reason",
+            "content",
+            "clientCommandId",
+        ],
+    )?;
+    let interrupt = match m.get("action").and_then(Value::as_str) {
+        Some("interrupt") => true,
+        Some("nudge") => false,
+        _ => return Err(bad("action is nudge or interrupt", "action")),
+    };
+    let reason =
+        opt_str(&m, "reason")?.ok_or_else(|| bad("reason is required (it is public)", "reason"))?;
+    let content = opt_str(&m, "content")?.ok_or_else(|| bad("content is required", "content"))?;
+    if content.len() + reason.len() > max_content {
+        return Err(
+            GroupxError::new(ErrorCode::MessageTooLarge, "steer content over the limit")
+                .field("content"),
+        );
+    }
+    let client_command_id = opt_str(&m, "clientCommandId")?
+        .filter(|s| s.len() <= crate::request::MAX_CLIENT_COMMAND_ID)
+        .ok_or_else(|| bad("clientCommandId is required", "clientCommandId"))?;
+    Ok(Steer {
+        subject_turn_id: opt_str(&m, "subjectTurnId")?,
+        interrupt,
+        reason,
+        content,
+        client_command_id,
+    })
+}
+
 /// `tools/list`: the member tools of this slice.
 pub fn list() -> Value {
     let to = json!({"type": "array", "items": {"type": "string"}, "minItems": 1,
@@ -209,6 +302,15 @@ pub fn list() -> Value {
          "description": "Wait (bounded) for the turns an earlier ask created and return their results; creates nothing.",
          "inputSchema": {"type": "object", "properties": {"messageEventId": {"type": "string"}, "timeoutMs": wait},
                          "required": ["messageEventId"], "additionalProperties": false}},
+        {"name": "groupx.watch",
+         "description": "Watch Turns only: wait (bounded) for the watched worker turn's next milestone (started, a tool, new text, terminal) or its end, and return a snapshot of its public progress.",
+         "inputSchema": {"type": "object", "properties": {"subjectTurnId": {"type": "string"}, "afterSeq": {"type": "integer", "minimum": 0},
+                         "until": {"enum": ["next_milestone", "terminal"]}, "timeoutMs": wait}, "additionalProperties": false}},
+        {"name": "groupx.steer",
+         "description": "Watch Turns only: post public guidance to the watched worker. nudge: a message it can read; interrupt: cancel its whole turn and queue a new one with your guidance as its task. Limited per watched turn.",
+         "inputSchema": {"type": "object", "properties": {"subjectTurnId": {"type": "string"}, "action": {"enum": ["nudge", "interrupt"]},
+                         "reason": {"type": "string"}, "content": content, "clientCommandId": cid},
+                         "required": ["action", "reason", "content", "clientCommandId"], "additionalProperties": false}},
         {"name": "groupx.read",
          "description": "Read room events (messages and turn outcomes), optionally of one correlation chain, after a seq.",
          "inputSchema": {"type": "object", "properties": {"correlationId": {"type": "string"}, "afterSeq": {"type": "integer", "minimum": 0},
@@ -264,8 +366,25 @@ mod tests {
                 "groupx.publish",
                 "groupx.ask",
                 "groupx.collect",
+                "groupx.watch",
+                "groupx.steer",
                 "groupx.read"
             ]
+        );
+        assert!(parse_steer(
+            &json!({"action": "redirect", "reason": "r", "content": "c", "clientCommandId": "k"}),
+            100
+        )
+        .is_err());
+        assert!(parse_steer(
+            &json!({"action": "interrupt", "content": "c", "clientCommandId": "k"}),
+            100
+        )
+        .is_err());
+        assert!(
+            parse_watch(&json!({"until": "terminal"}))
+                .unwrap()
+                .until_terminal
         );
     }
 }

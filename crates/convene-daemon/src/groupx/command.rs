@@ -26,6 +26,22 @@ pub(super) struct Origin {
     pub command_type: &'static str,
     /// The caller's current turn (agents), which the new turns descend from.
     pub parent: Option<Turn>,
+    /// Observers to pair with the targets (§4.3): one Watch Turn each.
+    pub observers: Vec<String>,
+    /// Set when this message is a supervisor's steer (§6.7).
+    pub steer: Option<SteerInfo>,
+}
+
+/// What a steer records beside its message.
+pub(super) struct SteerInfo {
+    /// The worker turn steered.
+    pub subject_turn_id: String,
+    /// The Watch Turn steering.
+    pub watch_turn_id: String,
+    /// `nudge` or `interrupt`.
+    pub action: &'static str,
+    /// Public reason.
+    pub reason: String,
 }
 
 impl Face {
@@ -73,8 +89,10 @@ impl Face {
                 changed.await;
             };
             let lim = &self.cfg.limits;
+            self.check_observers(&o, &targets)?;
             if let Some(t) = targets
                 .iter()
+                .chain(&o.observers)
                 .find(|t| room.depth(t) >= lim.queue_per_agent)
             {
                 return Err(GroupxError::new(
@@ -91,8 +109,9 @@ impl Face {
                 Some(p) => (p.corr.root_correlation_id.clone(), p.hop + 1),
                 None => (corr_id.clone(), 0),
             };
-            if !targets.is_empty() {
-                self.check_chain(&mut room, &o, &root, hop, &targets)
+            let everyone: Vec<String> = targets.iter().chain(&o.observers).cloned().collect();
+            if !everyone.is_empty() {
+                self.check_chain(&mut room, &o, &root, hop, &everyone)
                     .await?;
             }
             let cmds =
@@ -103,7 +122,10 @@ impl Face {
                 .submit(Command::All { steps: cmds })
                 .await
                 .map_err(super::from_core)?;
-            room.pending.insert(key.clone(), targets.clone());
+            room.pending.insert(
+                key.clone(),
+                targets.iter().chain(&o.observers).cloned().collect(),
+            );
             rx
         };
         let res = rx.await;
@@ -127,12 +149,43 @@ impl Face {
         };
         drop(room);
         self.changed.notify_waiters();
-        for t in &targets {
+        for t in targets.iter().chain(&o.observers) {
             if let Some(w) = self.wake.get(t) {
                 w.notify_one();
             }
         }
         res
+    }
+
+    /// §4.3: observers are enabled roster agents, not a worker of this command, not the caller.
+    fn check_observers(&self, o: &Origin, targets: &[String]) -> Result<(), GroupxError> {
+        let bad =
+            |m: String| GroupxError::new(ErrorCode::SupervisionPairInvalid, m).field("supervision");
+        if o.observers.is_empty() {
+            return Ok(());
+        }
+        if targets.is_empty() {
+            return Err(bad("a supervision pair needs a worker".into()));
+        }
+        for ob in &o.observers {
+            match self.cfg.agent(ob) {
+                Some(a) if a.enabled => {}
+                _ => {
+                    return Err(bad(format!(
+                        "agent:{ob} is not an enabled agent of this room"
+                    )))
+                }
+            }
+            if targets.contains(ob) {
+                return Err(bad(format!(
+                    "agent:{ob} cannot be worker and observer of one command"
+                )));
+            }
+            if ob == &o.by {
+                return Err(bad("you cannot observe your own command".into()));
+            }
+        }
+        Ok(())
     }
 
     /// The message and its queued turns.
@@ -170,6 +223,12 @@ impl Face {
             event_id: Some(msg_id.clone()),
             ..SendArgs::default()
         })];
+        let mut worker_ids: Vec<String> = Vec::new();
+        let turn_type = if o.steer.is_some() {
+            "supervision.reroute"
+        } else {
+            o.command_type
+        };
         for t in targets {
             let corr = Correlation {
                 correlation_id: corr_id.to_string(),
@@ -177,13 +236,61 @@ impl Face {
                 causation_id: Some(msg_id.clone()),
                 to: vec![format!("agent:{t}")],
             };
-            let mut body = json!({"turnId": ids::turn_id(), "target": format!("agent:{t}"),
+            let tid = ids::turn_id();
+            let mut body = json!({"turnId": tid, "target": format!("agent:{t}"),
                 "sourceEventId": msg_id, "queuePosition": room.depth(t), "status": "queued",
-                "transport": "structured", "commandType": o.command_type, "hopCount": hop});
+                "transport": "structured", "commandType": turn_type, "hopCount": hop});
             if let Some(p) = &o.parent {
                 body["parentTurnId"] = p.turn_id.clone().into();
             }
             cmds.push(self.ext("turn.queued", &corr, body));
+            worker_ids.push(tid);
+        }
+        if !o.observers.is_empty() {
+            let watch_ids: Vec<String> = o.observers.iter().map(|_| ids::turn_id()).collect();
+            let corr = Correlation {
+                correlation_id: corr_id.to_string(),
+                root_correlation_id: root.to_string(),
+                causation_id: Some(msg_id.clone()),
+                to: o.observers.iter().map(|t| format!("agent:{t}")).collect(),
+            };
+            cmds.push(self.ext(
+                "supervision.paired",
+                &corr,
+                json!({"mode": "live_steer", "sourceEventId": msg_id,
+                    "workers": targets.iter().map(|t| format!("agent:{t}")).collect::<Vec<_>>(),
+                    "observers": o.observers.iter().map(|t| format!("agent:{t}")).collect::<Vec<_>>(),
+                    "workerTurnIds": worker_ids, "watchTurnIds": watch_ids}),
+            ));
+            for (ob, wid) in o.observers.iter().zip(&watch_ids) {
+                let corr = Correlation {
+                    to: vec![format!("agent:{ob}")],
+                    ..corr.clone()
+                };
+                let mut body = json!({"turnId": wid, "target": format!("agent:{ob}"),
+                    "sourceEventId": msg_id, "queuePosition": room.depth(ob), "status": "queued",
+                    "transport": "structured", "commandType": "supervision.watch", "hopCount": hop,
+                    "subjectTurnIds": worker_ids});
+                if let Some(p) = &o.parent {
+                    body["parentTurnId"] = p.turn_id.clone().into();
+                }
+                cmds.push(self.ext("turn.queued", &corr, body));
+            }
+        }
+        if let Some(st) = &o.steer {
+            let corr = Correlation {
+                correlation_id: corr_id.to_string(),
+                root_correlation_id: root.to_string(),
+                causation_id: Some(st.watch_turn_id.clone()),
+                to: Vec::new(),
+            };
+            let mut body = json!({"subjectTurnId": st.subject_turn_id, "watchTurnId": st.watch_turn_id,
+                "action": st.action, "reason": st.reason, "messageEventId": msg_id,
+                "observer": convene_groupx::envelope::actor_id_of(&o.by)});
+            if let Some(n) = worker_ids.first() {
+                body["newTurnId"] = n.clone().into();
+            }
+            cmds.push(self.ext("supervision.steered", &corr, body));
         }
         cmds
     }

@@ -77,6 +77,9 @@ pub struct Limits {
     /// The longest a groupx.ask / collect waits (the spec's cap is 60,000).
     #[serde(default = "d_ask")]
     pub ask_ms: u64,
+    /// How often a supervisor may steer one worker turn (§6.7).
+    #[serde(default = "d_steers")]
+    pub steers_per_subject_turn: u32,
     /// Room context size `GET /api/context` measures against (characters, §10.5).
     #[serde(default = "d_context")]
     pub context_characters: usize,
@@ -93,6 +96,9 @@ fn d_calls() -> usize {
 }
 fn d_ask() -> u64 {
     60_000
+}
+fn d_steers() -> u32 {
+    3
 }
 
 fn d_message_bytes() -> usize {
@@ -118,6 +124,7 @@ impl Default for Limits {
             max_turns_per_root: d_root_turns(),
             max_calls_per_agent_per_root: d_calls(),
             ask_ms: d_ask(),
+            steers_per_subject_turn: d_steers(),
             context_characters: d_context(),
         }
     }

@@ -245,6 +245,46 @@ async fn packet(face: &Face, cfg: &AgentConfig, turn: &Turn) -> String {
     context::packet(cfg, &lines, &current)
 }
 
+/// A Watch Turn's prompt: its dedicated observation packet (§4.3), never the user's text as
+/// an order.
+async fn watch_packet(face: &Face, cfg: &AgentConfig, turn: &Turn) -> String {
+    let (workers, ids): (Vec<String>, Vec<String>) = {
+        let room = face.room.lock().await;
+        turn.subjects
+            .iter()
+            .filter_map(|s| room.turns.get(s))
+            .map(|t| (format!("agent:{}", t.target), t.turn_id.clone()))
+            .unzip()
+    };
+    let task = face
+        .message_text(&turn.source_event_id)
+        .await
+        .unwrap_or_default();
+    let name = if cfg.name.is_empty() {
+        &cfg.id
+    } else {
+        &cfg.name
+    };
+    let task: String = task
+        .chars()
+        .take(500)
+        .collect::<String>()
+        .replace('\n', "\n  ");
+    format!(
+        "[GroupX room:main] You are {name} (agent:{}), supervising another agent's turn.\n\
+         Watched: {} (turn {}).\n\
+         Its task [{}]:\n  {task}\n\n\
+         Follow it with the groupx.watch tool (until next_milestone or terminal). If it goes \
+         wrong, use groupx.steer: nudge (public guidance) or interrupt (its turn is cancelled and \
+         restarted with your guidance as its task); give a public reason. You do not approve or \
+         deny its tools. Your final reply is posted to the room as your assessment.\n",
+        cfg.id,
+        workers.join(", "),
+        ids.join(", "),
+        turn.source_event_id,
+    )
+}
+
 /// What a turn produced, gathered from its updates.
 #[derive(Default)]
 struct Gathered {
@@ -262,6 +302,7 @@ impl Gathered {
         self.chunks += 1;
         let (kind, body) = match u {
             Update::MessageChunk(t) => {
+                face.note_progress(turn_id, |p| p.text(&t));
                 self.text.push_str(&t);
                 (
                     "turn.content.delta",
@@ -312,6 +353,14 @@ impl Gathered {
             }
             Update::Other { .. } => return,
         };
+        if kind == "tool.progress" {
+            let (id, title, st) = (
+                body["toolCallId"].as_str().unwrap_or_default(),
+                body["title"].as_str().unwrap_or_default(),
+                body["status"].as_str().unwrap_or_default(),
+            );
+            face.note_progress(turn_id, |p| p.tool(id, title, st));
+        }
         face.publish(&transient(kind, who.clone(), corr, now(), body));
     }
 }
@@ -403,7 +452,11 @@ async fn run_turn(
         return true;
     };
     // 2. The prompt, and the durable "maybe delivered" before it is written.
-    let text = packet(face, cfg, turn).await;
+    let text = if turn.command_type == "supervision.watch" {
+        watch_packet(face, cfg, turn).await
+    } else {
+        packet(face, cfg, turn).await
+    };
     let attempt = ids::attempt_id();
     let dispatched = json!({"turnId": tid, "attemptId": attempt, "dispatchPhase": "prompt_invoked",
         "deliveryCertainty": "unknown", "transport": "structured"});
@@ -572,6 +625,7 @@ async fn run_turn(
     )
     .await;
     face.current.lock().remove(&cfg.id);
+    face.end_progress(&tid);
     if drop_session {
         if let Some(s) = session.take() {
             face.bindings.lock().remove(&s.binding);

@@ -118,7 +118,7 @@ async fn call(
             let p = tools::parse_post(args, true, false, max)?;
             let c = post(face, binding, agent, "mcp.send", &p).await?;
             let room = face.room.lock().await;
-            Ok(face.post_answer(&room, &c.message_event_id, &c.correlation_id, &c.turns))
+            Ok(face.post_answer(&room, &c))
         }
         "groupx.publish" => {
             let p = tools::parse_post(args, false, false, max)?;
@@ -164,6 +164,14 @@ async fn call(
             )
             .await
         }
+        "groupx.watch" => {
+            let w = tools::parse_watch(args)?;
+            face.watch(agent, w).await
+        }
+        "groupx.steer" => {
+            let st = tools::parse_steer(args, max)?;
+            face.steer(binding, agent, st).await
+        }
         "groupx.read" => {
             let r = tools::parse_read(args)?;
             face.read(r).await
@@ -200,7 +208,35 @@ async fn post(
     let parent = {
         let room = face.room.lock().await;
         let current = face.current.lock().get(agent).cloned();
-        current.and_then(|t| room.turns.get(&t).cloned())
+        let parent = current.and_then(|t| room.turns.get(&t).cloned());
+        // §6.7: a supervisor redirects the worker it watches with steer, not send/ask.
+        if let Some(w) = parent
+            .as_ref()
+            .filter(|w| w.command_type == "supervision.watch")
+        {
+            let watched: Vec<&str> = w
+                .subjects
+                .iter()
+                .filter_map(|s| room.turns.get(s))
+                .map(|t| t.target.as_str())
+                .collect();
+            if let Some(t) = targets.iter().find(|t| watched.contains(&t.as_str())) {
+                return Err(GroupxError::new(
+                    ErrorCode::SupervisionSteerRequired,
+                    format!("you watch agent:{t}: use groupx.steer to redirect it"),
+                )
+                .field("to"));
+            }
+        }
+        parent
+    };
+    let observers = match &p.supervision {
+        Some(sup) => face
+            .targets(&Recipients::Agents(sup.observers.clone()), None)
+            .map_err(|e| {
+                GroupxError::new(ErrorCode::SupervisionPairInvalid, e.message).field("supervision")
+            })?,
+        None => Vec::new(),
     };
     let origin = Origin {
         by: agent.to_string(),
@@ -209,6 +245,8 @@ async fn post(
         canonical: p.canonical(ty),
         command_type: ty,
         parent,
+        observers,
+        steer: None,
     };
     face.create(
         origin,
@@ -315,7 +353,7 @@ impl Face {
     }
 
     /// The text of a message in the room.
-    async fn message_text(&self, event_id: &str) -> Option<String> {
+    pub(super) async fn message_text(&self, event_id: &str) -> Option<String> {
         let (r, g, id) = (
             self.d.ledger.readers().clone(),
             self.group_id.clone(),

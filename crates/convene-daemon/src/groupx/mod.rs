@@ -19,6 +19,7 @@ mod memory;
 mod memory_api;
 pub mod room;
 mod sse;
+mod supervise;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -77,6 +78,10 @@ pub struct Face {
     changed: Notify,
     /// Where HTTP listens (the MCP URL given to agents).
     addr: Option<SocketAddr>,
+    /// Live progress of running turns, for watchers (§6.7).
+    progress: parking_lot::Mutex<HashMap<String, supervise::Progress>>,
+    /// Woken at each progress milestone.
+    progressed: Notify,
 }
 
 /// A stored event as the face reads it.
@@ -175,6 +180,8 @@ impl Face {
             current: parking_lot::Mutex::new(HashMap::new()),
             changed: Notify::new(),
             addr,
+            progress: parking_lot::Mutex::new(HashMap::new()),
+            progressed: Notify::new(),
             cfg,
         });
         face.recover().await;
@@ -300,6 +307,15 @@ impl Face {
     /// commit; a retry with the same clientCommandId answers the first result.
     pub async fn post_message(&self, p: PostMessage) -> Result<Value, GroupxError> {
         let targets = self.targets(&p.to, None)?;
+        let observers = match &p.supervision {
+            Some(sup) => self
+                .targets(&Recipients::Agents(sup.observers.clone()), None)
+                .map_err(|e| {
+                    GroupxError::new(ErrorCode::SupervisionPairInvalid, e.message)
+                        .field("supervision")
+                })?,
+            None => Vec::new(),
+        };
         let origin = command::Origin {
             by: LEDGER_USER.into(),
             binding: envelope::USER_WEB.into(),
@@ -307,12 +323,14 @@ impl Face {
             canonical: p.canonical(),
             command_type: "web.message",
             parent: None,
+            observers,
+            steer: None,
         };
         let c = self
             .create(origin, targets, p.content, p.reply_to_event_id)
             .await?;
         let room = self.room.lock().await;
-        Ok(self.post_answer(&room, &c.message_event_id, &c.correlation_id, &c.turns))
+        Ok(self.post_answer(&room, &c))
     }
 
     /// Resolves recipients to enabled roster agents (`@all` leaves out `exclude`, the caller).
@@ -356,26 +374,35 @@ impl Face {
         })
     }
 
-    pub(super) fn post_answer(
-        &self,
-        room: &Room,
-        msg: &str,
-        corr: &str,
-        turns: &[(String, String, usize)],
-    ) -> Value {
-        let turns: Vec<Value> = turns
-            .iter()
-            .map(|(target, turn_id, pos)| {
-                let mut t = json!({"target": target, "turnId": turn_id, "status": "queued",
+    pub(super) fn post_answer(&self, room: &Room, c: &room::CommandRec) -> Value {
+        let (msg, corr) = (&c.message_event_id, &c.correlation_id);
+        let is_watch = |id: &str| {
+            room.turns
+                .get(id)
+                .is_some_and(|t| t.command_type == "supervision.watch")
+        };
+        let shape = |list: Vec<&(String, String, usize)>| -> Vec<Value> {
+            list.into_iter()
+                .map(|(target, turn_id, pos)| {
+                    let mut t = json!({"target": target, "turnId": turn_id, "status": "queued",
                     "transport": "structured", "queuePosition": pos});
-                let agent = envelope::agent_ledger_id(target).unwrap_or_default();
-                if let Some(a) = room.active(agent).filter(|a| &a.turn_id != turn_id) {
-                    t["activeTurnId"] = a.turn_id.clone().into();
-                }
-                t
-            })
-            .collect();
-        json!({"messageEventId": msg, "correlationId": corr, "turns": turns})
+                    let agent = envelope::agent_ledger_id(target).unwrap_or_default();
+                    if let Some(a) = room.active(agent).filter(|a| &a.turn_id != turn_id) {
+                        t["activeTurnId"] = a.turn_id.clone().into();
+                    }
+                    t
+                })
+                .collect()
+        };
+        let (watch, work): (Vec<_>, Vec<_>) = c.turns.iter().partition(|(_, id, _)| is_watch(id));
+        let mut out = json!({"messageEventId": msg, "correlationId": corr, "turns": shape(work)});
+        if let Some(p) = &c.pair_event_id {
+            out["watchTurns"] = shape(watch).into();
+            out["pairEventId"] = p.clone().into();
+            // The watch turns' task reference: the pair record (§4.3).
+            out["watchEventId"] = p.clone().into();
+        }
+        out
     }
 
     /// `POST /api/turns/:id/cancel` (§10.3): records the intent; a queued turn is cancelled at

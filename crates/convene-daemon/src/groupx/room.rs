@@ -35,6 +35,12 @@ pub struct Turn {
     pub response_event_id: Option<String>,
     /// The seq of its `turn.queued` (its place in the lane).
     pub queued_seq: u64,
+    /// A Watch Turn's worker turns, in order (a steer's re-routed turn is appended).
+    pub subjects: Vec<String>,
+    /// How often this turn was steered, and the latest reason.
+    pub steers: u32,
+    /// The latest steer's reason.
+    pub last_steer_reason: Option<String>,
 }
 
 /// A `clientCommandId` already served, and what it answered.
@@ -50,6 +56,8 @@ pub struct CommandRec {
     pub correlation_id: String,
     /// `(target GroupX id, turn id, queue position)`, in creation order.
     pub turns: Vec<(String, String, usize)>,
+    /// The `supervision.paired` event of a supervised command.
+    pub pair_event_id: Option<String>,
 }
 
 /// The projection.
@@ -124,6 +132,7 @@ impl Room {
                     message_seq: seq,
                     correlation_id: format!("corr_{id}"),
                     turns: Vec::new(),
+                    pair_event_id: None,
                 });
                 self.foreign_head = self.foreign_head.max(seq);
             }
@@ -136,6 +145,7 @@ impl Room {
                         message_seq: seq,
                         correlation_id: s(g, "correlationId"),
                         turns: Vec::new(),
+                        pair_event_id: None,
                     };
                     self.by_message.insert(id.to_string(), key.clone());
                     self.commands.entry(key).or_insert(rec);
@@ -181,6 +191,18 @@ impl Room {
                 command_type: s(b, "commandType"),
                 response_event_id: None,
                 queued_seq: seq,
+                subjects: b
+                    .get("subjectTurnIds")
+                    .and_then(Value::as_array)
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(Value::as_str)
+                            .map(str::to_string)
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+                steers: 0,
+                last_steer_reason: None,
             };
             // Folds of concurrent commands may come out of commit order: keep the lane in
             // enqueue (seq) order, which is its FIFO order (§8.3).
@@ -191,6 +213,31 @@ impl Room {
                 .unwrap_or(lane.len());
             lane.insert(at, turn_id.clone());
             self.turns.insert(turn_id, turn);
+            return;
+        }
+        if t == "supervision.paired" {
+            let src = s(b, "sourceEventId");
+            if let Some(c) = self
+                .by_message
+                .get(&src)
+                .and_then(|k| self.commands.get_mut(k))
+            {
+                c.pair_event_id = Some(id.to_string());
+            }
+            return;
+        }
+        if t == "supervision.steered" {
+            let subject = s(b, "subjectTurnId");
+            if let Some(x) = self.turns.get_mut(&subject) {
+                x.steers += 1;
+                x.last_steer_reason = Some(s(b, "reason"));
+            }
+            let new = s(b, "newTurnId");
+            if let Some(w) = self.turns.get_mut(&s(b, "watchTurnId")) {
+                if !new.is_empty() {
+                    w.subjects.push(new);
+                }
+            }
             return;
         }
         let ev = match t {
