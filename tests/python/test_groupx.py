@@ -468,3 +468,37 @@ def test_a_message_from_another_face_wakes_the_agents_it_names_once(gx, home):
         assert [e["body"]["sourceEventId"] for e in queued] == [src]
     finally:
         d.stop()
+
+
+def test_a_restarted_broker_resumes_the_agents_own_session(home, tmp_path):
+    """§2.1: after a restart the agent's native session is loaded again (session.resumed), so
+    it keeps its context; an agent that cannot load it gets a new one (session.ready)."""
+    state, log = tmp_path / "state.json", tmp_path / "acp.log"
+    d = start(home, [agent("echo", env={"FAKE_ACP_STATE": str(state)})], log=log)
+    gx = GX(d)
+    gx.wait_terminal(gx.ok_post(["agent:echo"], "first")["turns"][0]["turnId"])
+    d.stop()
+    d = start(home, [agent("echo", env={"FAKE_ACP_STATE": str(state)})], log=log)
+    try:
+        gx = GX(d)
+        assert gx.wait_terminal(gx.ok_post(["agent:echo"], "second")["turns"][0]["turnId"])["type"] == "turn.completed"
+        kinds = [e["type"] for e in gx.events() if e["type"].startswith("session.")]
+        assert kinds == ["session.starting", "session.ready", "session.starting", "session.resumed"], kinds
+        calls = [json.loads(l) for l in log.read_text().splitlines()]
+        new = [c for c in calls if c.get("method") == "session/new"]
+        load = [c for c in calls if c.get("method") == "session/load"]
+        assert len(new) == 1 and len(load) == 1
+        # The native id stays inside the broker: no public event carries it.
+        sid = load[0]["params"]["sessionId"]
+        assert sid not in json.dumps(gx.events())
+    finally:
+        d.stop()
+    # Without the agent's state the id is unknown to the new process: a new session, no error.
+    state.unlink()
+    d = start(home, [agent("echo", env={"FAKE_ACP_STATE": str(state)})])
+    try:
+        gx = GX(d)
+        assert gx.wait_terminal(gx.ok_post(["agent:echo"], "third")["turns"][0]["turnId"])["type"] == "turn.completed"
+        assert [e["type"] for e in gx.events() if e["type"].startswith("session.")][-1] == "session.ready"
+    finally:
+        d.stop()

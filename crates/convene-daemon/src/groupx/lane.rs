@@ -19,6 +19,7 @@ use tokio::sync::Notify;
 
 use super::config::AgentConfig;
 use super::context::{self, Line};
+use super::native_sessions;
 use super::room::Turn;
 use super::Face;
 
@@ -37,6 +38,8 @@ struct Session {
     session_id: String,
     /// Its MCP binding (registered with the face while the session lives).
     binding: String,
+    /// Whether it is the agent's earlier session, loaded again.
+    resumed: bool,
 }
 
 /// Starts the lane worker of `agent`.
@@ -168,17 +171,37 @@ async fn start_session(face: &Face, cfg: &AgentConfig) -> Result<Session, String
                 "headers": [{"name": "X-GroupX-Binding", "value": binding}]})],
             _ => Vec::new(),
         };
-        let sid = agent
-            .new_session(&cwd, servers)
-            .await
-            .map_err(|e| e.to_string())?;
+        // Resume the agent's own session when it can (§2.1: session/load), so a broker
+        // restart does not cost the agent its context; else a new one.
+        let mut resumed = false;
+        let mut sid = None;
+        if let Some(old) = native_sessions::get(&face.home, &cfg.id) {
+            if agent.capabilities().load_session
+                && agent
+                    .load_session(&old, &cwd, servers.clone())
+                    .await
+                    .is_ok()
+            {
+                resumed = true;
+                sid = Some(old);
+            }
+        }
+        let sid = match sid {
+            Some(s) => s,
+            None => agent
+                .new_session(&cwd, servers)
+                .await
+                .map_err(|e| e.to_string())?,
+        };
         if let Some(m) = &cfg.mode {
             agent.set_mode(&sid, m).await.map_err(|e| e.to_string())?;
         }
+        native_sessions::put(&face.home, &cfg.id, &sid);
         Ok(Session {
             agent,
             session_id: sid,
             binding: binding.clone(),
+            resumed,
         })
     };
     match tokio::time::timeout(START_BOUND, go).await {
@@ -414,10 +437,15 @@ async fn run_turn(
             Ok(s) => {
                 face.set_session(&cfg.id, "ready");
                 let body = json!({"agent": target});
+                let ty = if s.resumed {
+                    "session.resumed"
+                } else {
+                    "session.ready"
+                };
                 if !commit(
                     face,
                     |_| true,
-                    || vec![face.ext("session.ready", &agent_corr, body.clone())],
+                    || vec![face.ext(ty, &agent_corr, body.clone())],
                 )
                 .await
                 {

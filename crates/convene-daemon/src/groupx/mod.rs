@@ -17,6 +17,7 @@ mod lane;
 mod mcp;
 mod memory;
 mod memory_api;
+mod native_sessions;
 pub mod room;
 mod sse;
 mod supervise;
