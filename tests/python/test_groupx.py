@@ -502,3 +502,23 @@ def test_a_restarted_broker_resumes_the_agents_own_session(home, tmp_path):
         assert [e["type"] for e in gx.events() if e["type"].startswith("session.")][-1] == "session.ready"
     finally:
         d.stop()
+
+
+def test_groupx_10_8_runtime_shutdown_needs_this_runtimes_scope_key_then_drains_and_stops(home):
+    d = start(home, [agent("echo")])
+    gx = GX(d)
+    h = gx.call("GET", "/api/health")[1]
+    st, v = gx.call("POST", "/api/runtime/shutdown", {"runtimeScopeKey": "0" * 64})
+    assert st == 409 and v["error"]["code"] == "RUNTIME_CONFLICT"
+    st, v = gx.call("POST", "/api/runtime/shutdown", {"runtimeScopeKey": h["runtimeScopeKey"], "force": True})
+    assert st == 400
+    assert gx.call("GET", "/api/health")[0] == 200, "a refused shutdown stops nothing"
+    st, v = gx.call("POST", "/api/runtime/shutdown", {"runtimeScopeKey": h["runtimeScopeKey"]})
+    assert st == 202 and v == {"accepted": True, "runtimeKey": h["runtimeKey"], "runtimeScopeKey": h["runtimeScopeKey"]}
+    try:
+        st, body = gx.call("GET", "/api/health")
+        if st == 503:
+            assert body["status"] == "closing" and body["runtimeKey"] == h["runtimeKey"]
+    except OSError:
+        pass  # already gone
+    assert d.proc.wait(15) == 0

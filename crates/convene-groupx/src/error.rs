@@ -55,6 +55,8 @@ pub enum ErrorCode {
     SupervisionSteerRequired,
     /// The watched turn has been steered as often as allowed (§6.7, §7).
     SteerLimitReached,
+    /// A runtime lifecycle request names another runtime (§10.8).
+    RuntimeConflict,
     /// The route or method does not exist.
     NotFound,
     /// The method is not allowed on this route.
@@ -144,6 +146,7 @@ const TABLE: &[(ErrorCode, &str, u16)] = &[
         409,
     ),
     (ErrorCode::SteerLimitReached, "STEER_LIMIT_REACHED", 429),
+    (ErrorCode::RuntimeConflict, "RUNTIME_CONFLICT", 409),
     (ErrorCode::NotFound, "NOT_FOUND", 404),
     (ErrorCode::MethodNotAllowed, "METHOD_NOT_ALLOWED", 405),
     (ErrorCode::Unavailable, "UNAVAILABLE", 503),

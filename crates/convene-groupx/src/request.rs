@@ -248,6 +248,21 @@ fn recipients(v: Option<&Value>) -> Result<Recipients, GroupxError> {
     })
 }
 
+/// `POST /api/runtime/shutdown` (§10.8): exactly `{"runtimeScopeKey": "<64 hex>"}`.
+pub fn parse_shutdown(body: &[u8]) -> Result<String, GroupxError> {
+    let m = object(body)?;
+    if let Some(k) = m.keys().find(|k| k.as_str() != "runtimeScopeKey") {
+        return Err(invalid(format!("unknown field `{k}`"), k));
+    }
+    match m.get("runtimeScopeKey").and_then(Value::as_str) {
+        Some(k) if k.len() == 64 && k.bytes().all(|b| b.is_ascii_hexdigit()) => Ok(k.to_string()),
+        _ => Err(invalid(
+            "runtimeScopeKey (64 hex) is required",
+            "runtimeScopeKey",
+        )),
+    }
+}
+
 /// `POST /api/turns/:id/cancel`: an empty body or `{}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CancelRequest;

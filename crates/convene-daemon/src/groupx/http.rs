@@ -177,9 +177,30 @@ async fn route(
             _ => not_allowed(),
         },
         "/api/health" => match method {
-            Method::GET => json(200, &face.health()),
+            // 503 while draining, with the full identity, so a CLI does not take a closing
+            // runtime for a foreign listener (§10.8).
+            Method::GET => json(if face.is_closing() { 503 } else { 200 }, &face.health()),
             _ => not_allowed(),
         },
+        "/api/runtime/shutdown" => match method {
+            Method::POST => {
+                let r = async {
+                    let b = body(req).await?;
+                    let key = convene_groupx::request::parse_shutdown(&b)?;
+                    face.shutdown(&key)
+                }
+                .await;
+                match r {
+                    Ok(v) => json(202, &v),
+                    Err(e) => error(&e),
+                }
+            }
+            _ => not_allowed(),
+        },
+        _ if face.is_closing() => error(&GroupxError::new(
+            ErrorCode::Unavailable,
+            "the runtime is shutting down",
+        )),
         "/api/bootstrap" => match method {
             Method::GET => match face.bootstrap().await {
                 Ok(v) => json(200, &v),

@@ -83,6 +83,8 @@ pub struct Face {
     progress: parking_lot::Mutex<HashMap<String, supervise::Progress>>,
     /// Woken at each progress milestone.
     progressed: Notify,
+    /// A runtime shutdown was accepted: product requests are refused while the daemon drains.
+    closing: std::sync::atomic::AtomicBool,
 }
 
 /// A stored event as the face reads it.
@@ -183,6 +185,7 @@ impl Face {
             addr,
             progress: parking_lot::Mutex::new(HashMap::new()),
             progressed: Notify::new(),
+            closing: std::sync::atomic::AtomicBool::new(false),
             cfg,
         });
         face.recover().await;
@@ -519,8 +522,35 @@ impl Face {
 
     /// `GET /api/health` (§10.6).
     pub fn health(&self) -> Value {
-        json!({"service": "groupx", "protocol": "groupx.runtime/1", "status": "ok",
+        let status = if self.is_closing() { "closing" } else { "ok" };
+        json!({"service": "groupx", "protocol": "groupx.runtime/1", "status": status,
             "runtimeKey": self.cfg.runtime_key, "runtimeScopeKey": self.cfg.runtime_scope_key})
+    }
+
+    /// Whether the runtime is draining (§10.8): a shutdown was accepted, or the daemon stops.
+    pub fn is_closing(&self) -> bool {
+        self.closing.load(std::sync::atomic::Ordering::Acquire) || *self.d.shutdown_rx().borrow()
+    }
+
+    /// `POST /api/runtime/shutdown` (§10.8): only for this runtime's scope key; the answer
+    /// goes out first, then the daemon drains and stops (every face, like the IPC `shutdown`).
+    pub fn shutdown(self: &Arc<Self>, scope_key: &str) -> Result<Value, GroupxError> {
+        if scope_key != self.cfg.runtime_scope_key {
+            return Err(GroupxError::new(
+                ErrorCode::RuntimeConflict,
+                "runtimeScopeKey does not match this runtime",
+            )
+            .field("runtimeScopeKey"));
+        }
+        self.closing
+            .store(true, std::sync::atomic::Ordering::Release);
+        let face = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            face.d.request_shutdown();
+        });
+        Ok(json!({"accepted": true, "runtimeKey": self.cfg.runtime_key,
+            "runtimeScopeKey": self.cfg.runtime_scope_key}))
     }
 }
 
