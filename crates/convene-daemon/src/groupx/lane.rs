@@ -117,19 +117,21 @@ fn now() -> String {
 /// re-validates under the room lock; `false` skips the write. Returns false at shutdown.
 async fn commit(
     face: &Face,
+    agent: &str,
     check: impl Fn(&super::room::Room) -> bool,
     cmds: impl Fn() -> Vec<Command>,
 ) -> bool {
     let mut shutdown = face.d.shutdown_rx();
     loop {
-        let mut room = face.room.lock().await;
+        let room = face.room.lock().await;
         if !check(&room) {
             return true;
         }
-        match face.append(&mut room, cmds()).await {
-            Ok(_) => return true,
+        // The lock is released during the fsync (other senders share the commit); the agent
+        // is marked busy meanwhile, so a cancel of its turn waits for this fold.
+        match face.append_released(room, agent, cmds()).await {
+            Ok(()) => return true,
             Err(e) => {
-                drop(room);
                 tracing::warn!(error = %e, "groupx: ledger write failed; retrying");
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_secs(1)) => {}
@@ -426,6 +428,7 @@ async fn run_turn(
         let body = json!({"agent": target});
         if !commit(
             face,
+            &cfg.id,
             |_| true,
             || vec![face.ext("session.starting", &agent_corr, body.clone())],
         )
@@ -444,6 +447,7 @@ async fn run_turn(
                 };
                 if !commit(
                     face,
+                    &cfg.id,
                     |_| true,
                     || vec![face.ext(ty, &agent_corr, body.clone())],
                 )
@@ -464,6 +468,7 @@ async fn run_turn(
                     "errorCode": ErrorCode::SessionFailed.as_str(), "note": why});
                 return commit(
                     face,
+                    &cfg.id,
                     |r| status_is(r, &tid, &[TurnStatus::Queued]),
                     || {
                         vec![
@@ -490,6 +495,7 @@ async fn run_turn(
         "deliveryCertainty": "unknown", "transport": "structured"});
     let ok = commit(
         face,
+        &cfg.id,
         |r| status_is(r, &tid, &[TurnStatus::Queued]),
         || vec![face.ext("turn.dispatched", &corr, dispatched.clone())],
     )
@@ -505,9 +511,16 @@ async fn run_turn(
     let mut got = Gathered::default();
     let mut started = false;
     let mut timed_out = false;
+    // A cancel signal left over from an earlier turn must not stop this one; this turn's own
+    // cancel intent, if any, is in the room.
+    while futures_util::FutureExt::now_or_never(cancel.notified()).is_some() {}
+    let cancel_now = status_is(&*face.room.lock().await, &tid, &[TurnStatus::Cancelling]);
     let outcome: Result<StopReason, AcpError> = match s.agent.prompt(&s.session_id, &text).await {
         Err(e) => Err(e),
         Ok(run) => {
+            if cancel_now {
+                let _ = s.agent.cancel(&s.session_id).await;
+            }
             let (mut updates, mut done) = (run.updates, run.done);
             let idle = face.cfg.limits.turn_idle();
             let mut deadline = tokio::time::Instant::now() + idle;
@@ -520,7 +533,7 @@ async fn run_turn(
                             if !started {
                                 started = true;
                                 let b = json!({"turnId": tid, "attemptId": attempt});
-                                if !commit(face, |r| status_is(r, &tid, &[TurnStatus::Dispatching, TurnStatus::Cancelling]), || vec![face.ext("turn.started", &corr, b.clone())]).await {
+                                if !commit(face, &cfg.id, |r| status_is(r, &tid, &[TurnStatus::Dispatching, TurnStatus::Cancelling]), || vec![face.ext("turn.started", &corr, b.clone())]).await {
                                     return false;
                                 }
                             }
@@ -534,7 +547,7 @@ async fn run_turn(
                                 // Updates that raced the answer still prove the start.
                                 started = true;
                                 let b = json!({"turnId": tid, "attemptId": attempt});
-                                if !commit(face, |r| status_is(r, &tid, &[TurnStatus::Dispatching, TurnStatus::Cancelling]), || vec![face.ext("turn.started", &corr, b.clone())]).await {
+                                if !commit(face, &cfg.id, |r| status_is(r, &tid, &[TurnStatus::Dispatching, TurnStatus::Cancelling]), || vec![face.ext("turn.started", &corr, b.clone())]).await {
                                     return false;
                                 }
                             }
@@ -634,6 +647,7 @@ async fn run_turn(
     let ty = format!("turn.{status}");
     let ok = commit(
         face,
+        &cfg.id,
         |r| {
             status_is(
                 r,
@@ -663,6 +677,7 @@ async fn run_turn(
         let body = json!({"agent": target, "errorCode": code.map(ErrorCode::as_str)});
         let _ = commit(
             face,
+            &cfg.id,
             |_| true,
             || vec![face.ext("session.stopped", &agent_corr, body.clone())],
         )

@@ -296,6 +296,44 @@ impl Face {
         Ok(out)
     }
 
+    /// Like [`Face::append`], but gives the room lock back while the commit is made (the
+    /// caller validated under it). `agent` is marked busy until the commit is folded: the only
+    /// other writer of that agent's turns (cancel) waits for it.
+    pub(super) async fn append_released(
+        &self,
+        mut room: MutexGuard<'_, Room>,
+        agent: &str,
+        cmds: Vec<Command>,
+    ) -> Result<(), GroupxError> {
+        let rx = self
+            .d
+            .ledger
+            .submit(Command::All { steps: cmds })
+            .await
+            .map_err(from_core)?;
+        room.busy.insert(agent.to_string());
+        drop(room);
+        let res = rx.await;
+        let mut room = self.room.lock().await;
+        room.busy.remove(agent);
+        let out = match res {
+            Ok(Ok(c)) => {
+                for (ev, _) in &c.events {
+                    room.fold(ev.seq, &ev.id, &ev.kind, &ev.by, &ev.data);
+                }
+                Ok(())
+            }
+            Ok(Err(e)) => Err(from_core(e)),
+            Err(_) => Err(GroupxError::new(
+                ErrorCode::Unavailable,
+                "the ledger stopped",
+            )),
+        };
+        drop(room);
+        self.changed.notify_waiters();
+        out
+    }
+
     /// Publishes a transient envelope to live readers.
     fn publish(&self, env: &Envelope) {
         if let Ok(s) = serde_json::to_string(env) {
@@ -434,7 +472,22 @@ impl Face {
     }
 
     async fn cancel_one(&self, turn_id: &str) -> Result<Value, GroupxError> {
-        let mut room = self.room.lock().await;
+        let mut room = loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let room = self.room.lock().await;
+            let busy = room
+                .turns
+                .get(turn_id)
+                .is_some_and(|t| room.busy.contains(&t.target));
+            if !busy {
+                break room;
+            }
+            // The lane is committing a transition of this agent's turn: decide on its result.
+            drop(room);
+            changed.await;
+        };
         let Some(t) = room.turns.get(turn_id).cloned() else {
             return Err(GroupxError::new(
                 ErrorCode::UnknownTurn,

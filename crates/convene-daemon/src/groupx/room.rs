@@ -82,6 +82,8 @@ pub struct Room {
     pub memory: super::memory::Memory,
     /// Highest seq of a message from another face.
     pub foreign_head: u64,
+    /// Agents whose lane has a turn transition committing (see `Face::append_released`).
+    pub busy: std::collections::HashSet<String>,
 }
 
 fn body(data: &Value) -> &Value {
