@@ -199,3 +199,39 @@ def test_cli_export_import_round_trip_of_big_messages(client, group, daemon, tmp
     while (batch := client.inbox_read(group_id="g_big_copy", actor_id="p1", by="p1", limit=200)["messages"]):
         got += [m["id"] for m in batch]
     assert got == ids
+
+
+def test_CCCS_6_4_import_delivery_records_never_claim_or_settle_a_live_messages_delivery(client, group, daemon):
+    """An import is history: its runtime.delivery events are kept, but they speak only for
+    messages brought by an import (this one or an earlier one), never for a message appended
+    live here. Before, an imported `ambiguous` for a live message made message_deliver refuse
+    (delivery_conflict), and an imported `claimed` was settled `ambiguous` by the import."""
+    live = client.send(group_id=group, text="live", to=["p1"], by="lead", message_mode="send")["event"]["id"]
+    live2 = client.send(group_id=group, text="live 2", to=["p1"], by="lead", message_mode="send")["event"]["id"]
+
+    def record(i, src, state):
+        return {"v": 1, "id": f"{i:032x}", "ts": "2026-01-01T00:00:00Z", "kind": "runtime.delivery", "group_id": group,
+                "scope_key": "", "by": "system",
+                "data": {"actor_id": "p1", "source_event_id": src, "delivery_id": f"delivery:p1:1:{src}",
+                         "state": state, "transport": "session"}}
+
+    r = client.call("ledger_import", {"group_id": group, "events": [record(1, live, "ambiguous"), record(2, live2, "claimed")]})
+    # Kept as history, but nothing set and nothing settled.
+    assert r["imported"] == 2 and r["settled"] == 0
+    kinds = [e["kind"] for e in client.call("ledger_tail", {"group_id": group, "limit": 2})["events"]]
+    assert kinds == ["runtime.delivery", "runtime.delivery"]
+    st = client.call("ledger_statuses", {"group_id": group, "event_ids": [live, live2]})["statuses"]
+    assert st[live]["obligation_status"]["p1"]["delivery_state"] is None
+    assert st[live2]["obligation_status"]["p1"]["delivery_state"] is None
+    # The live message's delivery is this daemon's own: a manual attempt is made (p1's
+    # runtime `none` has no adapter, so it records failed) instead of a conflict.
+    client.message_deliver(group_id=group, source_event_id=live, actor_ids=["p1"])
+    # Imported messages keep their imported delivery records, also across two imports (the
+    # CLI imports in chunks): the message in one, its in-flight claim in the next.
+    old = {"v": 1, "id": "e" * 32, "ts": "2026-01-01T00:00:00Z", "kind": "chat.message", "group_id": group,
+           "scope_key": "", "by": "lead", "data": {"text": "old", "to": ["p1"], "message_mode": "send"}}
+    client.call("ledger_import", {"group_id": group, "events": [old]})
+    r = client.call("ledger_import", {"group_id": group, "events": [record(3, old["id"], "claimed")]})
+    assert r["settled"] == 1
+    st = client.call("ledger_statuses", {"group_id": group, "event_ids": [old["id"]]})["statuses"][old["id"]]
+    assert st["obligation_status"]["p1"]["delivery_state"] == "ambiguous"

@@ -504,13 +504,27 @@ fn an_all_command_commits_every_step_or_none_and_keeps_a_face_minted_id() {
         ..Default::default()
     });
     // The last step is refused: the message and the first extension do not commit either.
-    let bad = Command::All { steps: vec![send.clone(), ext("x.t.ok"), ext("not.an.extension")] };
+    let bad = Command::All {
+        steps: vec![send.clone(), ext("x.t.ok"), ext("not.an.extension")],
+    };
     assert!(w.run(bad).is_err());
     assert_eq!(w.seqs(), before);
     // A group-changing step is not allowed inside.
-    let nested = Command::All { steps: vec![Command::GroupDelete { group_id: w.gid.clone(), by: "user".into() }] };
-    assert_eq!(w.run(nested).unwrap_err().code, convene_core::ErrorCode::InvalidRequest);
-    let out = w.run(Command::All { steps: vec![send, ext("x.t.ok")] }).unwrap();
+    let nested = Command::All {
+        steps: vec![Command::GroupDelete {
+            group_id: w.gid.clone(),
+            by: "user".into(),
+        }],
+    };
+    assert_eq!(
+        w.run(nested).unwrap_err().code,
+        convene_core::ErrorCode::InvalidRequest
+    );
+    let out = w
+        .run(Command::All {
+            steps: vec![send, ext("x.t.ok")],
+        })
+        .unwrap();
     assert_eq!(out.events.len(), 2);
     assert_eq!(out.events[0].id, "evt_face_minted");
     assert_eq!(out.events[1].seq, out.events[0].seq + 1);

@@ -89,12 +89,7 @@ impl Blobs {
     /// Reads a blob as base64 with its metadata: whole when `offset` is `None` (refused as
     /// `limit_exceeded` when it is longer than `chunk`, so nobody takes a part for the whole),
     /// else the up to `chunk` bytes from `offset` (`has_more`, `next_offset` say what is left).
-    pub fn get_b64(
-        &self,
-        path: &str,
-        offset: Option<u64>,
-        chunk: u64,
-    ) -> Result<Value, CoreError> {
+    pub fn get_b64(&self, path: &str, offset: Option<u64>, chunk: u64) -> Result<Value, CoreError> {
         let bytes = self.get(path)?;
         let sha = hex::encode(Sha256::digest(&bytes));
         let total = bytes.len() as u64;
@@ -117,8 +112,10 @@ impl Blobs {
             );
         };
         if off > total {
-            return Err(CoreError::invalid(format!("offset {off} is past the blob's {total} bytes"))
-                .with("field", "offset"));
+            return Err(CoreError::invalid(format!(
+                "offset {off} is past the blob's {total} bytes"
+            ))
+            .with("field", "offset"));
         }
         let end = off.saturating_add(chunk).min(total);
         // Both bounds are within `bytes.len()` (checked above), so the casts are lossless.

@@ -499,9 +499,11 @@ pub(super) async fn reaction(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
 }
 
 /// Extension namespaces that Convene's own faces write: the Cowchat face's votes, ballots,
-/// elections, tasks and pulses (`x.cowchat.`), the tool gate's receipts (`x.convene.`).
-/// The same kinds appended by an IPC client would read as records of those faces.
-const RESERVED_KIND_PREFIXES: &[&str] = &["x.cowchat.", "x.convene."];
+/// elections, tasks and pulses (`x.cowchat.`), the tool gate's receipts (`x.convene.`), the
+/// GroupX broker's turns and room records (`x.groupx.`, broker-authored like
+/// `runtime.delivery`). The same kinds appended by an IPC client would read as records of
+/// those faces.
+const RESERVED_KIND_PREFIXES: &[&str] = &["x.cowchat.", "x.convene.", "x.groupx."];
 
 pub(super) async fn append(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
     let kind: String = a.req("kind")?;

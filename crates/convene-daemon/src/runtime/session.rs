@@ -479,14 +479,21 @@ mod tests {
         let mut out = Vec::new();
         for _ in 0..2 {
             let f = new.rx.recv().await.unwrap();
-            write_frame(&mut out, f, Duration::from_secs(1)).await.unwrap();
+            write_frame(&mut out, f, Duration::from_secs(1))
+                .await
+                .unwrap();
         }
         let text = String::from_utf8(out).unwrap();
-        assert!(text.find("\"d1\"").unwrap() < text.find("\"d2\"").unwrap(), "{text}");
+        assert!(
+            text.find("\"d1\"").unwrap() < text.find("\"d2\"").unwrap(),
+            "{text}"
+        );
         // The old session ends after its started frame, which stays its own.
         assert!(old.rx.recv().await.is_none());
         let mut old_out = Vec::new();
-        write_frame(&mut old_out, started, Duration::from_secs(1)).await.unwrap();
+        write_frame(&mut old_out, started, Duration::from_secs(1))
+            .await
+            .unwrap();
         for t in tasks {
             assert!(matches!(t.await.unwrap(), Handoff::Accepted));
         }
