@@ -235,3 +235,48 @@ def test_CCCS_6_4_import_delivery_records_never_claim_or_settle_a_live_messages_
     assert r["settled"] == 1
     st = client.call("ledger_statuses", {"group_id": group, "event_ids": [old["id"]]})["statuses"][old["id"]]
     assert st["obligation_status"]["p1"]["delivery_state"] == "ambiguous"
+
+
+def test_CCCS_6_4_cli_import_keeps_a_claim_with_its_result_across_request_boundaries(client, daemon, tmp_path):
+    """`convene ledger import` sends a file in requests of about 500 events, and the daemon
+    settles a claim left without its result in one request `ambiguous` (in flight when the
+    export was taken). A request boundary between a claim and its result made an `accepted`
+    delivery `ambiguous` in the copy (1 to 3 of 400 per round trip of a live group, whose
+    runs of claims come before their results); the CLI now never ends a request between a
+    claim and its result."""
+    g = "g_split_src"
+
+    def ev(kind, by, data):
+        return {"v": 1, "id": f"{len(events) + 1:032x}", "ts": "2026-01-01T00:00:00Z", "kind": kind, "group_id": g,
+                "scope_key": "", "by": by, "data": data}
+
+    def message(text):
+        events.append(ev("chat.message", "lead", {"text": text, "to": ["p1"], "message_mode": "send"}))
+        return events[-1]["id"]
+
+    def delivery(src, state):
+        events.append(ev("runtime.delivery", "system", {"actor_id": "p1", "source_event_id": src,
+                                                         "delivery_id": f"delivery:p1:1:{src}", "state": state, "transport": "session"}))
+
+    events: list[dict] = []
+    events.append(ev("group.create", "user", {"title": "split"}))
+    events.append(ev("actor.add", "user", {"actor": {"id": "lead", "runtime": "none"}}))
+    events.append(ev("actor.add", "user", {"actor": {"id": "p1", "runtime": "session"}}))
+    while len(events) < 493:
+        message("filler")
+    m1, m2 = message("one"), message("two")   # events 494, 495
+    delivery(m1, "claimed")                    # 496
+    message("filler")                          # 497
+    delivery(m2, "claimed")                    # 498
+    message("filler")                          # 499
+    delivery(m1, "accepted")                   # 500: the first request's soft bound
+    message("filler")                          # 501
+    delivery(m2, "accepted")                   # 502
+    f = tmp_path / "split.ndjson"
+    f.write_text("".join(json.dumps(e) + "\n" for e in events))
+    r = run_cli(daemon.home, "--json", "ledger", "import", str(f), "--group-id", "g_split_copy")
+    assert json.loads(r.stdout)["imported"] == len(events)
+    st = client.call("ledger_statuses", {"group_id": "g_split_copy", "event_ids": [m1, m2]})["statuses"]
+    assert [st[m]["obligation_status"]["p1"]["delivery_state"] for m in (m1, m2)] == ["accepted", "accepted"]
+    states = [e["data"]["state"] for e in client.call("ledger_search", {"group_id": "g_split_copy", "kinds": ["runtime.delivery"], "limit": 10})["events"]]
+    assert states == ["claimed", "claimed", "accepted", "accepted"]
