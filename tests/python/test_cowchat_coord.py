@@ -454,6 +454,39 @@ def test_a_voter_removed_over_the_ipc_settles_the_vote_at_once(cow):
     assert [(e["by"], e["data"]["agent_id"]) for e in left] == [("svc:cowchat", bid)]
 
 
+def test_a_voter_removed_and_added_again_before_the_follower_saw_it_is_not_the_eligible_voter(cow):
+    """Eligibility follows actor generations: an agent removed over the CCCS IPC and added again
+    under its id before the change follower looked (here both in one import, so the follower
+    only ever sees it as a member) is a later generation, not the voter the vote was created
+    with. Before, it stayed eligible: its ballot counted and the vote waited for it."""
+    import uuid
+    a, b, aid, bid, room = pair(cow)
+    c = CC(cow.cowchat_unix)
+    cid = c.register("carol", agent_id="carol")
+    c.ok("join_room", {"room_id": room})
+    v = a.ok("create_vote", {"room_id": room, "title": "Pick", "options": ["A", "B"]})
+    assert v["eligible_voters"] == 3
+    a.ok("cast_vote", {"vote_id": v["vote_id"], "option_index": 1})
+
+    def ev(kind, data):
+        return {"v": 1, "id": uuid.uuid4().hex, "ts": "2026-01-01T00:00:00Z", "kind": kind, "group_id": room,
+                "scope_key": "", "by": "user", "data": data}
+
+    r = cow.raw({"v": 1, "op": "ledger_import", "args": {"group_id": room, "events": [
+        ev("actor.remove", {"actor_id": bid}),
+        ev("actor.add", {"actor": {"id": bid, "title": "bob", "runtime": "none"}})]}})
+    assert r["ok"] is True and r["result"]["imported"] == 2, r
+    gens = {x["id"]: x["generation"] for x in cow.raw({"v": 1, "op": "actor_list", "args": {"group_id": room}})["result"]["actors"]}
+    assert gens[bid] == 2, gens
+    assert error_code(b.req("cast_vote", {"vote_id": v["vote_id"], "option_index": 0})) == "not_in_room"
+    c.ok("cast_vote", {"vote_id": v["vote_id"], "option_index": 1})
+    res = a.push("vote_result")["payload"]
+    assert res["reason"] == "all_voted" and res["eligible_voters"] == 2, res
+    assert [t["count"] for t in res["tally"]] == [0, 2]
+    left = [e for e in ledger(cow, room) if e["kind"] == "x.cowchat.vote.voter_left"]
+    assert [(e["by"], e["data"]["agent_id"]) for e in left] == [("svc:cowchat", bid)]
+
+
 def test_a_leader_removed_over_the_ipc_is_cleared_at_once(cow):
     """The leader's removal over the CCCS IPC clears the leadership as soon as it commits
     (`leader_cleared` pushed to the members), not when it rejoins or the daemon restarts."""

@@ -375,6 +375,41 @@ def test_rooms_renamed_or_deleted_over_the_ipc_are_pushed_to_those_who_see_them(
     assert error_code(w.req("room_info", {"room_id": pub})) == "room_not_found"
 
 
+def test_rooms_made_or_hidden_over_the_ipc_are_pushed_to_those_who_gain_or_lose_sight(cow):
+    """A room made over another face (an operator's group given Cowchat room settings over
+    the CCCS IPC) used to appear to Cowchat clients only in their next list_rooms: now it is
+    pushed as `room_created`. A room made private to one key is `room_destroyed` for the
+    keys that lose sight of it (they had been told it exists) and `room_updated` for the
+    owner's; made public again, it is `room_created` for those who gain sight of it."""
+    other = auth(cow.home, "add-key", "team-b")
+    w, x = CC(cow.cowchat_unix), CC(cow.cowchat_unix)
+    reg(w, "watcher")
+    assert reg(x, "outsider", key=other)["type"] == "ok"
+    mine = w.ok("create_room", {"name": "mine"})["room_id"]
+    owner = cow.raw({"v": 1, "op": "group_show", "args": {"group_id": mine}})["result"]["group"]["settings"]["cowchat"]["owner"]
+    gid = cow.raw({"v": 1, "op": "group_create", "args": {"title": "ops"}})["result"]["group_id"]
+
+    def settings(attrs: dict, **more) -> None:
+        r = cow.raw({"v": 1, "op": "group_settings_update", "args": {"group_id": gid, "patch": {"cowchat": attrs, **more}}})
+        assert r["ok"] is True, r
+
+    settings({"public": True, "created_by": "operator"}, cowchat_room="ops")
+    for c in (w, x):
+        p = c.push("room_created")["payload"]
+        assert (p["room_id"], p["name"], p["public"]) == (gid, "ops", True), p
+    settings({"public": False, "created_by": "operator", "owner": owner})
+    assert x.push("room_destroyed")["payload"] == {"room_id": gid}
+    p = w.push("room_updated")["payload"]
+    assert (p["room_id"], p["public"]) == (gid, False), p
+    settings({"public": True, "created_by": "operator", "owner": owner})
+    p = x.push("room_created")["payload"]
+    assert (p["room_id"], p["public"]) == (gid, True), p
+    assert w.push("room_updated")["payload"]["public"] is True
+    # The outsider never heard of the room while it was private, nor twice of its creation.
+    assert not [f for f in x.pending if f["payload"].get("room_id") == gid], x.pending
+    assert not [f for f in w.pending if f["type"] == "room_created" and f["payload"].get("room_id") == gid], w.pending
+
+
 def test_turn_token_follows_the_three_rules(cow):
     a, b, c = CC(cow.cowchat_unix), CC(cow.cowchat_unix), CC(cow.cowchat_unix)
     for x, n in ((a, "a"), (b, "b"), (c, "c")):

@@ -199,3 +199,84 @@ def test_cli_export_import_round_trip_of_big_messages(client, group, daemon, tmp
     while (batch := client.inbox_read(group_id="g_big_copy", actor_id="p1", by="p1", limit=200)["messages"]):
         got += [m["id"] for m in batch]
     assert got == ids
+
+
+def test_CCCS_6_4_import_delivery_records_never_claim_or_settle_a_live_messages_delivery(client, group, daemon):
+    """An import is history: its runtime.delivery events are kept, but they speak only for
+    messages brought by an import (this one or an earlier one), never for a message appended
+    live here. Before, an imported `ambiguous` for a live message made message_deliver refuse
+    (delivery_conflict), and an imported `claimed` was settled `ambiguous` by the import."""
+    live = client.send(group_id=group, text="live", to=["p1"], by="lead", message_mode="send")["event"]["id"]
+    live2 = client.send(group_id=group, text="live 2", to=["p1"], by="lead", message_mode="send")["event"]["id"]
+
+    def record(i, src, state):
+        return {"v": 1, "id": f"{i:032x}", "ts": "2026-01-01T00:00:00Z", "kind": "runtime.delivery", "group_id": group,
+                "scope_key": "", "by": "system",
+                "data": {"actor_id": "p1", "source_event_id": src, "delivery_id": f"delivery:p1:1:{src}",
+                         "state": state, "transport": "session"}}
+
+    r = client.call("ledger_import", {"group_id": group, "events": [record(1, live, "ambiguous"), record(2, live2, "claimed")]})
+    # Kept as history, but nothing set and nothing settled.
+    assert r["imported"] == 2 and r["settled"] == 0
+    kinds = [e["kind"] for e in client.call("ledger_tail", {"group_id": group, "limit": 2})["events"]]
+    assert kinds == ["runtime.delivery", "runtime.delivery"]
+    st = client.call("ledger_statuses", {"group_id": group, "event_ids": [live, live2]})["statuses"]
+    assert st[live]["obligation_status"]["p1"]["delivery_state"] is None
+    assert st[live2]["obligation_status"]["p1"]["delivery_state"] is None
+    # The live message's delivery is this daemon's own: a manual attempt is made (p1's
+    # runtime `none` has no adapter, so it records failed) instead of a conflict.
+    client.message_deliver(group_id=group, source_event_id=live, actor_ids=["p1"])
+    # Imported messages keep their imported delivery records, also across two imports (the
+    # CLI imports in chunks): the message in one, its in-flight claim in the next.
+    old = {"v": 1, "id": "e" * 32, "ts": "2026-01-01T00:00:00Z", "kind": "chat.message", "group_id": group,
+           "scope_key": "", "by": "lead", "data": {"text": "old", "to": ["p1"], "message_mode": "send"}}
+    client.call("ledger_import", {"group_id": group, "events": [old]})
+    r = client.call("ledger_import", {"group_id": group, "events": [record(3, old["id"], "claimed")]})
+    assert r["settled"] == 1
+    st = client.call("ledger_statuses", {"group_id": group, "event_ids": [old["id"]]})["statuses"][old["id"]]
+    assert st["obligation_status"]["p1"]["delivery_state"] == "ambiguous"
+
+
+def test_CCCS_6_4_cli_import_keeps_a_claim_with_its_result_across_request_boundaries(client, daemon, tmp_path):
+    """`convene ledger import` sends a file in requests of about 500 events, and the daemon
+    settles a claim left without its result in one request `ambiguous` (in flight when the
+    export was taken). A request boundary between a claim and its result made an `accepted`
+    delivery `ambiguous` in the copy (1 to 3 of 400 per round trip of a live group, whose
+    runs of claims come before their results); the CLI now never ends a request between a
+    claim and its result."""
+    g = "g_split_src"
+
+    def ev(kind, by, data):
+        return {"v": 1, "id": f"{len(events) + 1:032x}", "ts": "2026-01-01T00:00:00Z", "kind": kind, "group_id": g,
+                "scope_key": "", "by": by, "data": data}
+
+    def message(text):
+        events.append(ev("chat.message", "lead", {"text": text, "to": ["p1"], "message_mode": "send"}))
+        return events[-1]["id"]
+
+    def delivery(src, state):
+        events.append(ev("runtime.delivery", "system", {"actor_id": "p1", "source_event_id": src,
+                                                         "delivery_id": f"delivery:p1:1:{src}", "state": state, "transport": "session"}))
+
+    events: list[dict] = []
+    events.append(ev("group.create", "user", {"title": "split"}))
+    events.append(ev("actor.add", "user", {"actor": {"id": "lead", "runtime": "none"}}))
+    events.append(ev("actor.add", "user", {"actor": {"id": "p1", "runtime": "session"}}))
+    while len(events) < 493:
+        message("filler")
+    m1, m2 = message("one"), message("two")   # events 494, 495
+    delivery(m1, "claimed")                    # 496
+    message("filler")                          # 497
+    delivery(m2, "claimed")                    # 498
+    message("filler")                          # 499
+    delivery(m1, "accepted")                   # 500: the first request's soft bound
+    message("filler")                          # 501
+    delivery(m2, "accepted")                   # 502
+    f = tmp_path / "split.ndjson"
+    f.write_text("".join(json.dumps(e) + "\n" for e in events))
+    r = run_cli(daemon.home, "--json", "ledger", "import", str(f), "--group-id", "g_split_copy")
+    assert json.loads(r.stdout)["imported"] == len(events)
+    st = client.call("ledger_statuses", {"group_id": "g_split_copy", "event_ids": [m1, m2]})["statuses"]
+    assert [st[m]["obligation_status"]["p1"]["delivery_state"] for m in (m1, m2)] == ["accepted", "accepted"]
+    states = [e["data"]["state"] for e in client.call("ledger_search", {"group_id": "g_split_copy", "kinds": ["runtime.delivery"], "limit": 10})["events"]]
+    assert states == ["claimed", "claimed", "accepted", "accepted"]

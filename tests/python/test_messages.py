@@ -155,6 +155,17 @@ def test_namespaces_of_convenes_own_faces_are_not_writable_through_append_event(
     assert client.call("append_event", {"group_id": group, "kind": "x.cowchatter.note", "data": {}})["event"]
 
 
+def test_groupx_broker_kinds_are_not_writable_through_append_event(client, group):
+    # GroupX turns and room records are the broker's own (like runtime.delivery): a client's
+    # x.groupx.turn.completed would read as a turn the broker finished.
+    before = client.call("ledger_tail", {"group_id": group, "limit": 1})["events"]
+    for kind in ("x.groupx.turn.queued", "x.groupx.turn.completed", "x.groupx.room.settings"):
+        e = err(client.call, "append_event", {"group_id": group, "kind": kind, "data": {"groupx": {}, "body": {}}})
+        assert e.code == "permission_denied" and e.details.get("kind") == kind, kind
+    assert client.call("ledger_tail", {"group_id": group, "limit": 1})["events"] == before
+    assert client.call("append_event", {"group_id": group, "kind": "x.groupxy.note", "data": {}})["event"]
+
+
 def test_CCCS_5_1_3_internal_assistant_only_by_explicit_id(client, group):
     client.actor_add(group_id=group, actor_id="voice", runtime="none")
     client.actor_update(group_id=group, actor_id="voice", patch={"internal": True})

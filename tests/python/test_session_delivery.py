@@ -289,3 +289,41 @@ def test_session_receives_its_messages_in_ledger_order(client, group, daemon):
         t.join()
     assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
     s.close()
+
+
+def test_CCCS_6_4_2_a_reconnecting_consumer_takes_over_the_frames_its_old_session_never_started(slow_daemon):
+    """A consumer whose old connection went quiet attaches again: the frames still queued on
+    the old session move to the new one in ledger order and are accepted there (before, they
+    waited behind the stuck write and were recorded `failed` when the bound ran out). The frame
+    the old connection had started stays its own: it gets exactly one result there."""
+    client = CCCCClient(cccc_home=str(slow_daemon.home))
+    gid = client.group_create(title="reconnect")["group_id"]
+    client.actor_add(group_id=gid, actor_id="live", runtime="session")
+    s, f = attach(slow_daemon, gid, "live")
+    srcs = send_many(client, gid, "live", 30)
+    before = wait_writer_blocked(client, gid, srcs)
+    unsettled = [k for k in srcs if before[k] == "claimed"]
+    started, waiting = unsettled[0], unsettled[1:]
+    assert waiting and all(before[k] == "accepted" for k in srcs[:srcs.index(started)])
+    # The consumer reconnects; its old socket is still open but nobody reads it.
+    s2, f2 = attach(slow_daemon, gid, "live")
+    got = []
+    deadline = time.time() + 20
+    while len(got) < len(waiting) and time.time() < deadline:
+        item = json.loads(f2.readline())
+        if item["t"] == "delivery":
+            got.append(item["event"]["id"])
+    assert got == waiting, f"the new session got {len(got)} of the {len(waiting)} frames left queued"
+    wait_until(lambda: all(v == "accepted" for v in latest(client, gid, waiting).values()), what="taken-over frames accepted")
+    # The old connection goes away mid-frame: that frame alone settles there.
+    f.close()
+    s.close()
+    after = wait_until(lambda: (lambda st: st if "claimed" not in st.values() else None)(latest(client, gid, srcs)),
+                       what="every attempt to settle")
+    assert after[started] in ("ambiguous", "accepted"), after[started]
+    rows = delivery_rows(client, gid)
+    for k in srcs:
+        assert [r["state"] for r in rows[k]][0] == "claimed" and len(rows[k]) == 2, rows[k]
+    assert client.actor_list(group_id=gid)["actors"][0]["attached"] is True
+    f2.close()
+    s2.close()

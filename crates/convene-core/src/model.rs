@@ -139,6 +139,11 @@ pub struct Group {
     /// Generations of removed actors, so a re-added id gets a new `delivery_id` space.
     #[serde(default)]
     pub retired_generations: Map<String, Value>,
+    /// The `seq` ranges (inclusive) that `ledger_import` appended: history, not live traffic.
+    /// An imported delivery record names a delivery only of a message in these ranges (or
+    /// one the group does not have), never one appended live here.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub imported_seqs: Vec<[u64; 2]>,
 }
 
 fn active() -> String {
@@ -168,6 +173,22 @@ impl Group {
             actors: Vec::new(),
             last_seq: 0,
             retired_generations: Map::new(),
+            imported_seqs: Vec::new(),
+        }
+    }
+
+    /// Whether the event at `seq` was appended by an import (history).
+    pub fn is_imported(&self, seq: u64) -> bool {
+        self.imported_seqs
+            .iter()
+            .any(|[lo, hi]| (*lo..=*hi).contains(&seq))
+    }
+
+    /// Records that an import appended `lo..=hi`, merged into the range it continues.
+    pub fn mark_imported(&mut self, lo: u64, hi: u64) {
+        match self.imported_seqs.last_mut() {
+            Some(last) if last[1] + 1 == lo => last[1] = hi,
+            _ => self.imported_seqs.push([lo, hi]),
         }
     }
 

@@ -86,13 +86,47 @@ impl Blobs {
         })
     }
 
-    /// Reads a blob as base64 with its metadata.
-    pub fn get_b64(&self, path: &str) -> Result<Value, CoreError> {
+    /// Reads a blob as base64 with its metadata: whole when `offset` is `None` (refused as
+    /// `limit_exceeded` when it is longer than `chunk`, so nobody takes a part for the whole),
+    /// else the up to `chunk` bytes from `offset` (`has_more`, `next_offset` say what is left).
+    pub fn get_b64(&self, path: &str, offset: Option<u64>, chunk: u64) -> Result<Value, CoreError> {
         let bytes = self.get(path)?;
-        Ok(
-            json!({"path": path, "sha256": hex::encode(Sha256::digest(&bytes)), "bytes": bytes.len(),
-            "content_b64": base64::engine::general_purpose::STANDARD.encode(&bytes)}),
-        )
+        let sha = hex::encode(Sha256::digest(&bytes));
+        let total = bytes.len() as u64;
+        if chunk == 0 {
+            return Err(CoreError::invalid("length must be at least 1").with("field", "length"));
+        }
+        let Some(off) = offset else {
+            if total > chunk {
+                return Err(CoreError::new(
+                    ErrorCode::LimitExceeded,
+                    format!("blob of {total} bytes exceeds one answer ({chunk} bytes): read it in parts with offset"),
+                )
+                .with("reason", "answer_too_large")
+                .with("bytes", total)
+                .with("max_bytes", chunk));
+            }
+            return Ok(
+                json!({"path": path, "sha256": sha, "bytes": total, "offset": 0, "has_more": false,
+                "content_b64": base64::engine::general_purpose::STANDARD.encode(&bytes)}),
+            );
+        };
+        if off > total {
+            return Err(CoreError::invalid(format!(
+                "offset {off} is past the blob's {total} bytes"
+            ))
+            .with("field", "offset"));
+        }
+        let end = off.saturating_add(chunk).min(total);
+        // Both bounds are within `bytes.len()` (checked above), so the casts are lossless.
+        let part = &bytes[off as usize..end as usize];
+        let mut v = json!({"path": path, "sha256": sha, "bytes": total, "offset": off,
+            "part_bytes": part.len(), "has_more": end < total,
+            "content_b64": base64::engine::general_purpose::STANDARD.encode(part)});
+        if end < total {
+            v["next_offset"] = json!(end);
+        }
+        Ok(v)
     }
 
     /// Checks attachments point at stored blobs and fills in `sha256` and `bytes`.

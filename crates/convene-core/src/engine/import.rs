@@ -17,7 +17,11 @@ use crate::view::{Change, DeliveryRow};
 /// it. Imported `runtime.delivery` events set their deliveries' states; one whose latest
 /// state is `claimed` was left in flight by the process that exported it and is settled to
 /// `ambiguous` here, as at startup (§6.4). A delivery the group already has is never changed
-/// by an imported event (so an import cannot settle an attempt in flight in this process).
+/// by an imported event (so an import cannot settle an attempt in flight in this process),
+/// and an imported delivery record never names a delivery of a message appended live here
+/// (it is kept as an event and sets nothing): the group remembers the `seq` ranges its
+/// imports appended ([`Group::imported_seqs`]), so only history speaks for history, and a
+/// live message's deliveries are this daemon's alone (claimed, settled, retried by it).
 pub(super) fn import(
     ctx: &mut Ctx<'_>,
     group_id: &str,
@@ -66,6 +70,7 @@ pub(super) fn import(
         );
     }
     ctx.out.replayed = true;
+    let first_seq = ctx.groups.get(group_id).map_or(1, |g| g.last_seq + 1);
     // Deliveries this import set, by id: the view does not see this command's own changes.
     let mut deliveries: HashMap<String, DeliveryRow> = HashMap::new();
     for (kind, o) in parsed {
@@ -118,9 +123,17 @@ pub(super) fn import(
             kinds::RUNTIME_DELIVERY => {
                 // A delivery the group already had before this import is this daemon's own
                 // (possibly in flight): an imported event is kept but never changes it.
+                // Nor does one whose message was appended live here: that delivery is this
+                // daemon's to claim and settle (an imported `accepted` would stop its
+                // automatic attempt, an imported `claimed` would be settled `ambiguous`).
                 let row = match delivery_row(&ev) {
                     Some(r) if deliveries.contains_key(&r.delivery_id) => Some(r),
-                    Some(r) if ctx.view.delivery(group_id, &r.delivery_id)?.is_none() => Some(r),
+                    Some(r)
+                        if ctx.view.delivery(group_id, &r.delivery_id)?.is_none()
+                            && !live_here(ctx, group_id, &r.source_event_id)? =>
+                    {
+                        Some(r)
+                    }
                     _ => None,
                 };
                 if let Some(row) = row {
@@ -153,8 +166,26 @@ pub(super) fn import(
         }
     }
     settle_in_flight(ctx, group_id, deliveries)?;
+    if let Some(g) = ctx.groups.get_mut(group_id) {
+        if g.last_seq >= first_seq {
+            let last = g.last_seq;
+            g.mark_imported(first_seq, last);
+        }
+    }
     ctx.upsert(group_id);
     Ok(())
+}
+
+/// Whether `source` is a message this group appended live (not brought by an import: neither
+/// this one, whose events are not in the view yet, nor an earlier one).
+fn live_here(ctx: &Ctx<'_>, group_id: &str, source: &str) -> Result<bool, CoreError> {
+    let Some(ev) = ctx.view.event(group_id, source)? else {
+        return Ok(false);
+    };
+    Ok(!ctx
+        .groups
+        .get(group_id)
+        .is_some_and(|g| g.is_imported(ev.seq)))
 }
 
 /// The `reason` of the `ambiguous` an import appends for a delivery it found in flight.

@@ -3,8 +3,10 @@
 //! or `group_delete`, an import) as soon as it commits, and to what a kill -9 left half done
 //! at start-up: a voter that is gone no longer holds a vote open, a leader that is gone no
 //! longer leads or holds the turn token, an ephemeral room everyone left is destroyed, a
-//! deleted room's votes, tasks and turn token are forgotten, and a room renamed, changed or
-//! deleted over another face is pushed as `room_updated` / `room_destroyed`.
+//! deleted room's votes, tasks and turn token are forgotten, and a room created, renamed,
+//! changed or deleted over another face is pushed as `room_created` / `room_updated` /
+//! `room_destroyed` to the connections that see it (a visibility change is `room_created` for
+//! those that gain sight of it and `room_destroyed` for those that lose it).
 //!
 //! The face's own removals ([`super::rooms::remove_member`]) do this work themselves, with the
 //! member's name and the right reason; while one is in flight its (room, agent) is marked
@@ -16,7 +18,7 @@ use std::sync::Arc;
 
 use convene_core::event::kinds::ACTOR_ADD;
 use convene_core::{Engine, Group};
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use super::attrs::Attrs;
 use super::{coord, live, rooms, Face, ATTRS_KEY};
@@ -116,36 +118,69 @@ fn shape(face: &Face, eng: &Engine, g: &Group) -> Shape {
     }
 }
 
-/// Pushes `room_updated` / `room_destroyed` for a change of `room` this face did not make.
-async fn show(face: &Face, room: &str) {
+/// Pushes a change of `room` this face did not make: `room_created` to the connections that
+/// now see a room they did not (a room made over another face, a private room made public),
+/// `room_destroyed` to those that no longer see it (deleted, or made private to another key),
+/// `room_updated` to those that saw it and still do. `announce` is false at start-up, when
+/// the rooms that exist are recorded, not news.
+async fn show(face: &Face, room: &str, announce: bool) {
+    type Outs = Vec<Arc<super::conn::Outbox>>;
     let _one_at_a_time = face.rooms_lock.lock().await;
-    let push = {
+    let mut pushes: Vec<(Outs, &str, Value)> = Vec::new();
+    {
         let eng = face.d.ledger.engine();
         match eng.group(room) {
             Some(g) if rooms::is_room(g) => {
                 let now = shape(face, &eng, g);
-                let mut shown = face.shown.0.lock();
-                let changed = shown.get(room).is_some_and(|was| !was.same(&now));
-                shown.insert(room.to_string(), now);
-                drop(shown);
-                changed.then(|| {
-                    (
-                        rooms::visible_outboxes(face, &eng, g),
-                        "room_updated",
-                        rooms::room_value(face, &eng, g),
-                    )
-                })
+                let attrs = now.attrs.clone();
+                let was = {
+                    let mut shown = face.shown.0.lock();
+                    let was = shown.remove(room);
+                    let changed = was.as_ref().map(|w| !w.same(&now));
+                    shown.insert(room.to_string(), now);
+                    was.zip(changed)
+                };
+                let after = rooms::outboxes_seeing(face, &attrs);
+                let value = || rooms::room_value(face, &eng, g);
+                match was {
+                    None if announce => pushes.push((after, "room_created", value())),
+                    None => {}
+                    Some((was, changed)) => {
+                        let before = rooms::outboxes_seeing(face, &was.attrs);
+                        let within = |o: &Arc<super::conn::Outbox>, set: &Outs| {
+                            set.iter().any(|x| Arc::ptr_eq(x, o))
+                        };
+                        let lost: Outs = before
+                            .iter()
+                            .filter(|o| !within(o, &after))
+                            .cloned()
+                            .collect();
+                        let (kept, gained): (Outs, Outs) =
+                            after.into_iter().partition(|o| within(o, &before));
+                        if !lost.is_empty() {
+                            pushes.push((lost, "room_destroyed", json!({"room_id": room})));
+                        }
+                        if !gained.is_empty() {
+                            pushes.push((gained, "room_created", value()));
+                        }
+                        if changed && !kept.is_empty() {
+                            pushes.push((kept, "room_updated", value()));
+                        }
+                    }
+                }
             }
-            _ => face.shown.0.lock().remove(room).map(|was| {
-                (
-                    rooms::outboxes_seeing(face, &was.attrs),
-                    "room_destroyed",
-                    serde_json::json!({"room_id": room}),
-                )
-            }),
+            _ => {
+                if let Some(was) = face.shown.0.lock().remove(room) {
+                    pushes.push((
+                        rooms::outboxes_seeing(face, &was.attrs),
+                        "room_destroyed",
+                        json!({"room_id": room}),
+                    ));
+                }
+            }
         }
-    };
-    if let Some((outs, kind, v)) = push {
+    }
+    for (outs, kind, v) in pushes {
         live::fan_out(&outs, kind, &v);
     }
 }
@@ -159,7 +194,7 @@ pub(super) async fn start(face: &Arc<Face>) {
         (all, eng.revision())
     };
     for room in all {
-        settle(face, &room).await;
+        settle(face, &room, false).await;
     }
     let face = face.clone();
     tokio::spawn(async move { follow(face, rev).await });
@@ -196,7 +231,7 @@ async fn follow(face: Arc<Face>, mut seen: u64) {
             }
         };
         for room in changed {
-            settle(&face, &room).await;
+            settle(&face, &room, true).await;
         }
         tokio::select! {
             r = revisions.changed() => if r.is_err() { return },
@@ -206,8 +241,8 @@ async fn follow(face: Arc<Face>, mut seen: u64) {
 }
 
 /// Brings the face's state of one group in line with the group as committed.
-async fn settle(face: &Face, room: &str) {
-    show(face, room).await;
+async fn settle(face: &Face, room: &str, announce: bool) {
+    show(face, room, announce).await;
     enum Seen {
         Deleted,
         NotARoom,

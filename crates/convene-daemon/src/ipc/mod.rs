@@ -15,6 +15,31 @@ use crate::Daemon;
 use args::Args;
 pub use conn::{serve_conn, MAX_IN_FLIGHT};
 
+/// Bytes of events one answer carries at most (`inbox_peek`/`inbox_read`, `message_history`,
+/// `ledger_tail`, `ledger_search`, `ledger_window`): the `cccc-sdk` refuses an answer line over
+/// 4,000,000 bytes, so a bigger page ends early and says so (`has_more`); the caller pages on.
+pub const ANSWER_BYTES: usize = 3_000_000;
+
+/// Blob bytes one `blob_get` answer carries at most: 3,600,000 once in base64, under the SDK's
+/// line limit and above the largest blob a default request can `blob_put` (about 2.6 MB), so
+/// every blob put over this face still comes back whole in one answer.
+pub const BLOB_CHUNK_BYTES: usize = 2_700_000;
+
+/// How many of the leading items (sized by `sizes`) fit in [`ANSWER_BYTES`]; at least one when
+/// there is one, so a page always makes progress.
+fn fitting(sizes: impl Iterator<Item = usize>) -> usize {
+    let mut total = 0;
+    let mut n = 0;
+    for s in sizes {
+        total += s;
+        if n > 0 && total > ANSWER_BYTES {
+            break;
+        }
+        n += 1;
+    }
+    n
+}
+
 /// Every op this face serves (advertised in `ping.capabilities`).
 pub const OPS: &[&str] = &[
     "ping",

@@ -5,6 +5,7 @@ use serde_json::{json, Map, Value};
 
 use super::args::Args;
 use super::{ev_value, raw_value};
+use super::{fitting, ANSWER_BYTES, BLOB_CHUNK_BYTES};
 use crate::Daemon;
 
 /// Message fields read from `args` (shared by send, reply and relay).
@@ -243,23 +244,11 @@ fn inbox_common(d: &Daemon, a: &Args) -> Result<(String, String, usize), CoreErr
     Ok((gid, actor, limit))
 }
 
-/// Bytes of messages one inbox answer carries at most: the `cccc-sdk` refuses an answer line
-/// over 4,000,000 bytes (its outcome is then unknown to the caller), so an `inbox_read` that
-/// moved the cursor over more than that would mark Mail read that nobody received.
-pub const INBOX_ANSWER_BYTES: usize = 3_000_000;
-
-/// The longest prefix of `items` within [`INBOX_ANSWER_BYTES`] (never empty when `items` is
-/// not: one message always goes).
+/// The longest prefix of `items` within [`ANSWER_BYTES`] (never empty when `items` is not:
+/// one message always goes). An `inbox_read` that moved the cursor over more than the SDK can
+/// read would mark Mail read that nobody received.
 fn fit_answer(items: &mut Vec<convene_store::RawEvent>) {
-    let mut total = 0;
-    let keep = items
-        .iter()
-        .take_while(|r| {
-            total += r.json.len();
-            total <= INBOX_ANSWER_BYTES
-        })
-        .count()
-        .max(1);
+    let keep = fitting(items.iter().map(|r| r.json.len()));
     items.truncate(keep);
 }
 
@@ -345,6 +334,7 @@ pub(super) fn history(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
     let kinds = vec!["chat.message".to_string()];
     let mut out = Vec::new();
     let mut has_more = false;
+    let mut bytes = 0;
     'scan: loop {
         let page = d
             .ledger
@@ -369,7 +359,10 @@ pub(super) fn history(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
                     .map(|t| t.to_lowercase().contains(&query))
                     .unwrap_or(false);
             if visible && (mode == "all" || mode == m) && text_hit {
-                if out.len() == limit {
+                // The byte bound ends the page like the count does: the caller pages on
+                // with `before_event_id` = the last message returned.
+                bytes += r.json.len();
+                if out.len() == limit || (!out.is_empty() && bytes > ANSWER_BYTES) {
                     has_more = true;
                     break 'scan;
                 }
@@ -506,9 +499,11 @@ pub(super) async fn reaction(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
 }
 
 /// Extension namespaces that Convene's own faces write: the Cowchat face's votes, ballots,
-/// elections, tasks and pulses (`x.cowchat.`), the tool gate's receipts (`x.convene.`).
-/// The same kinds appended by an IPC client would read as records of those faces.
-const RESERVED_KIND_PREFIXES: &[&str] = &["x.cowchat.", "x.convene."];
+/// elections, tasks and pulses (`x.cowchat.`), the tool gate's receipts (`x.convene.`), the
+/// GroupX broker's turns and room records (`x.groupx.`, broker-authored like
+/// `runtime.delivery`). The same kinds appended by an IPC client would read as records of
+/// those faces.
+const RESERVED_KIND_PREFIXES: &[&str] = &["x.cowchat.", "x.convene.", "x.groupx."];
 
 pub(super) async fn append(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
     let kind: String = a.req("kind")?;
@@ -551,7 +546,16 @@ pub(super) fn blob_get(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
     if d.ledger.engine().group(&gid).is_none() {
         return Err(CoreError::no_group(&gid));
     }
-    d.blobs.get_b64(&a.req("path")?)
+    let chunk = BLOB_CHUNK_BYTES as u64;
+    // Without `offset` the blob comes whole or not at all (CCCC's shape); with it, in parts.
+    let (offset, length) = match a.0.get("offset").filter(|v| !v.is_null()) {
+        Some(_) => (
+            Some(a.uint("offset", 0)?),
+            a.uint("length", chunk)?.min(chunk),
+        ),
+        None => (None, chunk),
+    };
+    d.blobs.get_b64(&a.req("path")?, offset, length)
 }
 
 /// Gates an agent tool call: a signed CCS receipt, stored, then appended to the ledger.

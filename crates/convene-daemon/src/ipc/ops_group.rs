@@ -13,6 +13,7 @@ pub(super) fn group_value(g: &Group) -> Value {
         m.insert("last_seq".into(), json!(g.last_seq));
         m.insert("default_scope_key".into(), json!(g.active_scope_key));
         m.remove("retired_generations");
+        m.remove("imported_seqs");
     }
     v
 }

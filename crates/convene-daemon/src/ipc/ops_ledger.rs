@@ -5,7 +5,7 @@ use convene_store::RawEvent;
 use serde_json::{json, Map, Value};
 
 use super::args::Args;
-use super::raw_value;
+use super::{fitting, raw_value};
 use crate::Daemon;
 
 const MAX_PAGE: u64 = 1000;
@@ -40,10 +40,18 @@ pub(super) fn tail(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
     group_exists(d, &gid)?;
     let limit = a.limit(50, MAX_PAGE)?;
     let k = kinds(a)?;
+    let before = match a.opt_str("before")?.filter(|s| !s.is_empty()) {
+        Some(id) => seq_of(d, &gid, &id)?,
+        None => 0,
+    };
     let r = d.ledger.readers();
-    let evs = r
-        .events_before(&gid, 0, limit, &k)
+    let mut evs = r
+        .events_before(&gid, before, limit, &k)
         .map_err(CoreError::from)?;
+    // The newest events that fit one answer; the rest is older, so `has_more` covers it and
+    // the caller pages on with `before` = the first event returned.
+    let keep = fitting(evs.iter().rev().map(|e| e.json.len()));
+    let evs = evs.split_off(evs.len() - keep);
     let has_more = match evs.first() {
         Some(f) => !r
             .events_before(&gid, f.seq, 1, &k)
@@ -100,8 +108,11 @@ pub(super) fn search(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
                 break;
             }
         }
-        let has_more = out.len() > limit;
-        out.truncate(limit);
+        // Oldest first: the first events that fit one answer; the caller pages on with
+        // `after` = the last event returned.
+        let keep = fitting(out.iter().take(limit).map(|e| e.json.len()));
+        let has_more = out.len() > keep;
+        out.truncate(keep);
         return Ok(json!({"count": out.len(), "events": values(&out), "has_more": has_more}));
     }
     let mut before = match a.opt_str("before")?.filter(|s| !s.is_empty()) {
@@ -124,9 +135,11 @@ pub(super) fn search(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
             break;
         }
     }
-    let has_more = out.len() > limit;
+    // The newest `limit` that fit one answer; the caller pages on with `before` = the first.
     let start = out.len().saturating_sub(limit);
-    let out = out.split_off(start);
+    let keep = fitting(out[start..].iter().rev().map(|e| e.json.len()));
+    let has_more = out.len() > keep;
+    let out = out.split_off(out.len() - keep);
     Ok(json!({"count": out.len(), "events": values(&out), "has_more": has_more}))
 }
 
@@ -157,10 +170,37 @@ pub(super) fn window(d: &Daemon, a: &Args) -> Result<Value, CoreError> {
     let after = r
         .events_after(&gid, c.seq, na + 1, &k)
         .map_err(CoreError::from)?;
-    let hb = before.len() > nb;
-    let ha = after.len() > na;
-    let before = &before[before.len().saturating_sub(nb)..];
-    let after = &after[..after.len().min(na)];
+    let before = &before[before.len().saturating_sub(nb + 1)..];
+    let after = &after[..after.len().min(na + 1)];
+    // The events nearest the center that fit one answer beside it (taken alternately from
+    // each side), so `has_more_before`/`has_more_after` page on from the window's ends.
+    let (mut nb_fit, mut na_fit) = (0, 0);
+    let mut total = c.json.len();
+    let (mut b_open, mut a_open) = (true, true);
+    while b_open || a_open {
+        if b_open {
+            match before.len().checked_sub(nb_fit + 1) {
+                Some(i) if nb_fit < nb && total + before[i].json.len() <= super::ANSWER_BYTES => {
+                    total += before[i].json.len();
+                    nb_fit += 1;
+                }
+                _ => b_open = false,
+            }
+        }
+        if a_open {
+            match after.get(na_fit) {
+                Some(e) if na_fit < na && total + e.json.len() <= super::ANSWER_BYTES => {
+                    total += e.json.len();
+                    na_fit += 1;
+                }
+                _ => a_open = false,
+            }
+        }
+    }
+    let hb = before.len() > nb_fit;
+    let ha = after.len() > na_fit;
+    let before = &before[before.len() - nb_fit..];
+    let after = &after[..na_fit];
     let mut evs: Vec<Value> = values(before);
     let center_index = evs.len();
     evs.push(raw_value(&c.json));

@@ -8,15 +8,20 @@
 //!   ran out), so a later retry cannot duplicate it;
 //! - ambiguous: a write started but did not finish (error, or the bounded wait ran out while
 //!   it was being written): some bytes may have reached the consumer.
+//!
+//! A consumer that reconnects (`runtime_attach` again as the same actor generation) takes over
+//! the frames its old session had not started, in their order: the old connection keeps only
+//! the frame it is writing, so a consumer whose old socket went dead does not lose what was
+//! still waiting behind it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{oneshot, Notify};
 
 use super::{payload, Handoff};
 
@@ -49,12 +54,86 @@ pub struct Frame {
     done: oneshot::Sender<Written>,
 }
 
-/// Receiving end held by the attached connection.
-pub type SessionRx = mpsc::Receiver<Frame>;
+/// One session's frames, shared by the handoffs (which push) and its connection (which pops).
+/// A plain deque rather than a channel, so a reconnect can take the unstarted frames over.
+#[derive(Default)]
+struct Queue {
+    state: Mutex<QueueState>,
+    wake: Notify,
+}
+
+#[derive(Default)]
+struct QueueState {
+    frames: VecDeque<Frame>,
+    /// No frame is queued any more: the session was replaced or ended, or its connection
+    /// went away. The connection writes what is left, then closes.
+    sealed: bool,
+}
+
+impl Queue {
+    /// Takes no more frames; the connection writes what is left, then closes.
+    fn seal(&self) {
+        self.state.lock().sealed = true;
+        self.wake.notify_one();
+    }
+
+    fn is_sealed(&self) -> bool {
+        self.state.lock().sealed
+    }
+}
+
+/// Receiving end held by the attached connection. Dropping it fails every frame still queued
+/// (its handoff records `failed`: never written).
+pub struct SessionRx {
+    q: Arc<Queue>,
+}
+
+impl SessionRx {
+    /// The next frame to write; `None` once the session is sealed and nothing is left.
+    pub async fn recv(&mut self) -> Option<Frame> {
+        loop {
+            {
+                let mut st = self.q.state.lock();
+                if let Some(f) = st.frames.pop_front() {
+                    return Some(f);
+                }
+                if st.sealed {
+                    return None;
+                }
+            }
+            // `notify_one` keeps a permit when nobody waits, so a push between the check
+            // above and this wait is not missed.
+            self.q.wake.notified().await;
+        }
+    }
+
+    /// Frames waiting.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.q.state.lock().frames.len()
+    }
+
+    /// Whether no frame is waiting.
+    #[cfg(test)]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Drop for SessionRx {
+    fn drop(&mut self) {
+        let mut st = self.q.state.lock();
+        st.sealed = true;
+        // Dropped outside the lock: each drop completes a handoff with `failed`.
+        let frames = std::mem::take(&mut st.frames);
+        drop(st);
+        drop(frames);
+    }
+}
 
 /// An attached session: the id of its attach (a newer attach replaces it), the actor
 /// generation it attached as, and its queue.
-type SessionMap = HashMap<(String, String), (u64, u64, mpsc::Sender<Frame>)>;
+type SessionMap = HashMap<(String, String), (u64, u64, Arc<Queue>)>;
 
 /// Attached sessions by (group, actor). A newer attach replaces an older one. A session
 /// belongs to the actor generation it attached as: it never receives a later generation's
@@ -96,28 +175,57 @@ impl Sessions {
         self.timeout
     }
 
-    /// Attaches a session of the actor's `generation` and returns its queue.
+    /// Attaches a session of the actor's `generation` and returns its queue. A session the
+    /// same generation had attached is replaced: the frames it has not started move to the
+    /// new one in order (their handoffs then wait for the new connection's report), and the
+    /// old connection ends after the frame it is writing, if any.
     pub fn attach(&self, group_id: &str, actor_id: &str, generation: u64) -> Attached {
-        let (tx, rx) = mpsc::channel(self.queue);
+        let q = Arc::new(Queue::default());
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        self.map.lock().insert(
+        let mut map = self.map.lock();
+        let old = map.insert(
             (group_id.to_string(), actor_id.to_string()),
-            (id, generation, tx),
+            (id, generation, q.clone()),
         );
-        Attached { rx, id }
+        if let Some((_, old_generation, old_q)) = old {
+            let mut old_st = old_q.state.lock();
+            old_st.sealed = true;
+            if old_generation == generation {
+                // Under the map lock, so no handoff queues on either session meanwhile.
+                q.state.lock().frames = std::mem::take(&mut old_st.frames);
+            }
+            drop(old_st);
+            old_q.wake.notify_one();
+        }
+        drop(map);
+        q.wake.notify_one();
+        Attached {
+            rx: SessionRx { q },
+            id,
+        }
     }
 
     /// Ends the actor's session (its generation ended): the connection writes what is
     /// already queued for it, then closes.
     pub fn end_actor(&self, group_id: &str, actor_id: &str) {
-        self.map
+        if let Some((_, _, q)) = self
+            .map
             .lock()
-            .remove(&(group_id.to_string(), actor_id.to_string()));
+            .remove(&(group_id.to_string(), actor_id.to_string()))
+        {
+            q.seal();
+        }
     }
 
     /// Ends every session of a deleted group.
     pub fn end_group(&self, group_id: &str) {
-        self.map.lock().retain(|(g, _), _| g != group_id);
+        self.map.lock().retain(|(g, _), (_, _, q)| {
+            let keep = g != group_id;
+            if !keep {
+                q.seal();
+            }
+            keep
+        });
     }
 
     /// Forgets attach `id` if it is still the current one for the actor.
@@ -125,7 +233,9 @@ impl Sessions {
         let key = (group_id.to_string(), actor_id.to_string());
         let mut map = self.map.lock();
         if map.get(&key).map(|(i, _, _)| *i == id).unwrap_or(false) {
-            map.remove(&key);
+            if let Some((_, _, q)) = map.remove(&key) {
+                q.seal();
+            }
         }
     }
 
@@ -134,7 +244,7 @@ impl Sessions {
         self.map
             .lock()
             .get(&(group_id.to_string(), actor_id.to_string()))
-            .map(|(_, g, t)| *g == generation && !t.is_closed())
+            .map(|(_, g, q)| *g == generation && !q.is_sealed())
             .unwrap_or(false)
     }
 
@@ -167,9 +277,12 @@ impl Sessions {
         event_json: &str,
     ) -> Result<Pending, Handoff> {
         let key = (group_id.to_string(), actor_id.to_string());
-        let Some((id, attached_as, tx)) = self.map.lock().get(&key).cloned() else {
+        // The map lock is held while queueing, so a reconnect's takeover sees every frame.
+        let map = self.map.lock();
+        let Some((_, attached_as, q)) = map.get(&key) else {
             return Err(Handoff::Failed("no session attached".into()));
         };
+        let attached_as = *attached_as;
         if attached_as != generation {
             return Err(Handoff::Failed(format!(
                 "no session attached for actor generation {generation} (the attached one is generation {attached_as})"
@@ -182,19 +295,21 @@ impl Sessions {
             state: state.clone(),
             done,
         };
-        match tx.try_send(frame) {
-            Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(_)) => {
+        {
+            let mut st = q.state.lock();
+            if st.sealed {
+                return Err(Handoff::Failed("session detached".into()));
+            }
+            if st.frames.len() >= self.queue {
                 return Err(Handoff::Failed(format!(
                     "session queue full ({} frames)",
                     self.queue
                 )));
             }
-            Err(mpsc::error::TrySendError::Closed(_)) => {
-                self.detach(group_id, actor_id, id);
-                return Err(Handoff::Failed("session detached".into()));
-            }
+            st.frames.push_back(frame);
         }
+        q.wake.notify_one();
+        drop(map);
         Ok(Pending {
             state,
             written,
@@ -346,6 +461,43 @@ mod tests {
             "nothing may be queued for the old generation"
         );
         assert!(!s.is_attached("g", "a", 2) && s.is_attached("g", "a", 1));
+    }
+
+    #[tokio::test]
+    async fn a_reconnect_takes_over_the_unstarted_frames_in_order() {
+        let s = Arc::new(Sessions::new(8, Duration::from_secs(30)));
+        let mut old = s.attach("g", "a", 1);
+        let mut tasks = Vec::new();
+        for i in 0..3 {
+            let p = s.enqueue("g", "a", 1, &format!("d{i}"), "{}").unwrap();
+            tasks.push(tokio::spawn(p.outcome()));
+        }
+        // The old connection started d0; d1 and d2 wait behind it.
+        let started = old.rx.recv().await.unwrap();
+        let mut new = s.attach("g", "a", 1);
+        assert_eq!(new.rx.len(), 2);
+        let mut out = Vec::new();
+        for _ in 0..2 {
+            let f = new.rx.recv().await.unwrap();
+            write_frame(&mut out, f, Duration::from_secs(1))
+                .await
+                .unwrap();
+        }
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.find("\"d1\"").unwrap() < text.find("\"d2\"").unwrap(),
+            "{text}"
+        );
+        // The old session ends after its started frame, which stays its own.
+        assert!(old.rx.recv().await.is_none());
+        let mut old_out = Vec::new();
+        write_frame(&mut old_out, started, Duration::from_secs(1))
+            .await
+            .unwrap();
+        for t in tasks {
+            assert!(matches!(t.await.unwrap(), Handoff::Accepted));
+        }
+        assert!(s.is_attached("g", "a", 1));
     }
 
     #[tokio::test]

@@ -58,6 +58,10 @@ pub(crate) struct Vote {
     pub description: Option<String>,
     pub options: Vec<String>,
     pub eligible: Vec<String>,
+    /// The actor generation each eligible voter had when the vote was created (empty for
+    /// votes made by builds that did not record it): an agent removed and added again under
+    /// its id is another actor (CCCS §6.4), not the voter the vote was created with.
+    pub generations: HashMap<String, u64>,
     pub duration_secs: Option<u64>,
     pub deadline: Option<String>,
     pub created_by: String,
@@ -83,6 +87,12 @@ impl Vote {
         self.eligible
             .iter()
             .all(|e| self.ballots.iter().any(|(a, _)| a == e))
+    }
+
+    /// True when `agent`, now at actor `generation`, is the member the vote was created with
+    /// (always, for a vote that recorded no generations).
+    pub fn same_voter(&self, agent: &str, generation: u64) -> bool {
+        self.generations.get(agent).is_none_or(|g| *g == generation)
     }
 
     /// True when `agent` already voted.
@@ -232,6 +242,15 @@ impl State {
                         description: s(d, "description"),
                         options: strings(d, "options"),
                         eligible: strings(d, "eligible_voters"),
+                        generations: d
+                            .get("eligible_generations")
+                            .and_then(Value::as_object)
+                            .map(|m| {
+                                m.iter()
+                                    .filter_map(|(k, v)| Some((k.clone(), v.as_u64()?)))
+                                    .collect()
+                            })
+                            .unwrap_or_default(),
                         duration_secs: d.get("duration_secs").and_then(Value::as_u64),
                         deadline: s(d, "deadline"),
                         created_by: s(d, "created_by").unwrap_or_else(|| by.to_string()),

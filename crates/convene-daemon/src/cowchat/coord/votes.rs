@@ -70,10 +70,17 @@ pub(in super::super) async fn create_vote(
     check_member(s, &c.room_id, &me)?;
     let face = s.face.clone();
     let _one = face.coord.write.lock().await;
-    let eligible: Vec<String> = {
+    // The members now, with their actor generations: one removed and added again before the
+    // change follower saw it is another actor, not this voter.
+    let (eligible, generations): (Vec<String>, Map<String, Value>) = {
         let eng = face.d.ledger.engine();
         let g = super::super::rooms::room(&eng, &c.room_id)?;
-        g.collaborators().map(|a| a.id.clone()).collect()
+        (
+            g.collaborators().map(|a| a.id.clone()).collect(),
+            g.collaborators()
+                .map(|a| (a.id.clone(), json!(a.generation)))
+                .collect(),
+        )
     };
     let id = seal::new_id("vote");
     let deadline = c.duration_secs.map(|d| {
@@ -83,7 +90,8 @@ pub(in super::super) async fn create_vote(
     });
     let data = json!({
         "vote_id": id, "title": c.title, "description": c.description, "options": c.options,
-        "eligible_voters": eligible, "duration_secs": c.duration_secs, "deadline": deadline,
+        "eligible_voters": eligible, "eligible_generations": generations,
+        "duration_secs": c.duration_secs, "deadline": deadline,
         "created_by": me,
     });
     append(&face, &c.room_id, &me, state::VOTE_CREATED, data).await?;
@@ -117,7 +125,13 @@ pub(in super::super) async fn cast_vote(
             format!("option_index must be 0-{}", v.options.len() - 1),
         ));
     }
-    if !v.eligible.contains(&me) {
+    let generation = {
+        let eng = face.d.ledger.engine();
+        eng.group(&v.room_id)
+            .and_then(|g| g.actor(&me))
+            .map(|a| a.generation)
+    };
+    if !v.eligible.contains(&me) || !generation.is_some_and(|g| v.same_voter(&me, g)) {
         return Err(WireError::new(
             ErrorCode::NotInRoom,
             format!(
@@ -290,9 +304,10 @@ fn departed(face: &Face, room: Option<&str>) -> Vec<(String, String, String)> {
             v.eligible
                 .iter()
                 .filter(|e| {
-                    !v.has_voted(e)
-                        && g.is_some_and(|g| g.actor(e).is_none())
-                        && !face.departing.contains(&v.room_id, e)
+                    // Gone, or back as a later generation (removed and added again).
+                    let gone = g
+                        .is_some_and(|g| g.actor(e).is_none_or(|a| !v.same_voter(e, a.generation)));
+                    !v.has_voted(e) && gone && !face.departing.contains(&v.room_id, e)
                 })
                 .map(|e| (v.room_id.clone(), v.vote_id.clone(), e.clone()))
                 .collect::<Vec<_>>()
