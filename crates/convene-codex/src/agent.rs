@@ -39,6 +39,13 @@ pub struct CodexAgent {
 enum Pending {
     /// A request whose caller waits for the result.
     Call(oneshot::Sender<Result<Value, CodexError>>),
+    /// A `turn/start`: its answer names the turn of the thread's slot before any later
+    /// notification is routed (the caller may resume only after those).
+    TurnStart {
+        tx: oneshot::Sender<Result<Value, CodexError>>,
+        thread_id: String,
+        generation: u64,
+    },
     /// A request nobody waits for (the `turn/interrupt` after a refused interaction).
     Discard(&'static str),
 }
@@ -185,9 +192,18 @@ impl CodexAgent {
             sink: &sink,
             armed: true,
         };
+        let owner = thread_id.to_string();
         let result = self
             .inner
-            .request("turn/start", wire::turn_start_params(thread_id, text))
+            .request_with(
+                "turn/start",
+                wire::turn_start_params(thread_id, text),
+                |tx| Pending::TurnStart {
+                    tx,
+                    thread_id: owner,
+                    generation,
+                },
+            )
             .await;
         let turn_id = match result.and_then(|v| wire::turn_id_of(&v)) {
             Ok(id) => id,
@@ -197,11 +213,6 @@ impl CodexAgent {
             }
         };
         guard.armed = false;
-        if let Some(slot) = self.inner.lock().turns.get_mut(thread_id) {
-            if slot.generation == generation {
-                slot.turn_id = Some(turn_id.clone());
-            }
-        }
         tracing::debug!(thread_id, turn_id, "turn started");
         Ok(TurnRun {
             turn_id,
@@ -330,7 +341,7 @@ impl Inner {
         let turns = std::mem::take(&mut st.turns);
         drop(st);
         for p in pending.into_values() {
-            if let Pending::Call(tx) = p {
+            if let Pending::Call(tx) | Pending::TurnStart { tx, .. } = p {
                 let _ = tx.send(Err(err.clone()));
             }
         }
@@ -371,6 +382,16 @@ impl Inner {
 
     /// One request with `request_timeout` covering write and answer.
     async fn request(&self, method: &'static str, params: Value) -> Result<Value, CodexError> {
+        self.request_with(method, params, Pending::Call).await
+    }
+
+    /// [`Inner::request`] with the pending entry built by `pending`.
+    async fn request_with(
+        &self,
+        method: &'static str,
+        params: Value,
+        pending: impl FnOnce(oneshot::Sender<Result<Value, CodexError>>) -> Pending,
+    ) -> Result<Value, CodexError> {
         let (tx, rx) = oneshot::channel();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         {
@@ -378,7 +399,7 @@ impl Inner {
             if let Some(dead) = &st.dead {
                 return Err(dead.clone());
             }
-            st.pending.insert(id, Pending::Call(tx));
+            st.pending.insert(id, pending(tx));
         }
         let _guard = PendingGuard { inner: self, id };
         tracing::debug!(id, method, "-> request");
@@ -399,15 +420,34 @@ impl Inner {
             Incoming::Response {
                 id: Some(id),
                 result,
-            } => match self.lock().pending.remove(&id) {
-                Some(Pending::Call(tx)) => {
-                    let _ = tx.send(result);
+            } => {
+                let mut st = self.lock();
+                match st.pending.remove(&id) {
+                    Some(Pending::Call(tx)) => {
+                        drop(st);
+                        let _ = tx.send(result);
+                    }
+                    Some(Pending::TurnStart {
+                        tx,
+                        thread_id,
+                        generation,
+                    }) => {
+                        let turn_id = result.as_ref().ok().and_then(|v| wire::turn_id_of(v).ok());
+                        if let (Some(slot), Some(turn_id)) = (st.turns.get_mut(&thread_id), turn_id)
+                        {
+                            if slot.generation == generation && slot.turn_id.is_none() {
+                                slot.turn_id = Some(turn_id);
+                            }
+                        }
+                        drop(st);
+                        let _ = tx.send(result);
+                    }
+                    Some(Pending::Discard(method)) => {
+                        tracing::debug!(id, method, ok = result.is_ok(), "<- unawaited answer");
+                    }
+                    None => tracing::debug!(id, "response to no waiting request (timed out?)"),
                 }
-                Some(Pending::Discard(method)) => {
-                    tracing::debug!(id, method, ok = result.is_ok(), "<- unawaited answer");
-                }
-                None => tracing::debug!(id, "response to no waiting request (timed out?)"),
-            },
+            }
             Incoming::Response { id: None, .. } => {
                 tracing::debug!("response with a foreign id ignored");
             }

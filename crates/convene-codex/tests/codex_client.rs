@@ -515,7 +515,7 @@ def on(m):
 serve(on)
 "#
     );
-    let agent = CodexAgent::spawn(&fx.inline(&script, &[], Duration::from_millis(500)))
+    let agent = CodexAgent::spawn(&fx.inline(&script, &[], Duration::from_secs(3)))
         .await
         .expect("spawn");
     let err = agent.start_thread(fx.cwd()).await.expect_err("no answer");
