@@ -61,6 +61,11 @@ struct TurnSlot {
     last_error: Option<String>,
     /// Agent message items that streamed text (by deltas or on completion).
     message_items: HashSet<String>,
+    /// Set by the first notification naming the turn (`turn/started`, items): codex refuses
+    /// `turn/interrupt` before that ("no active turn to interrupt").
+    started: bool,
+    /// [`CodexAgent::interrupt`] calls waiting for `started`.
+    started_waiters: Vec<oneshot::Sender<()>>,
 }
 
 #[derive(Default)]
@@ -181,6 +186,8 @@ impl CodexAgent {
                     sink: sink.clone(),
                     last_error: None,
                     message_items: HashSet::new(),
+                    started: false,
+                    started_waiters: Vec::new(),
                 },
             );
         }
@@ -222,7 +229,29 @@ impl CodexAgent {
     }
 
     /// `turn/interrupt`; the turn then ends with [`crate::TurnEnd::Interrupted`].
+    ///
+    /// Codex accepts the interrupt only once the turn runs, which is after `turn/start` was
+    /// answered: for a turn that has not started yet this waits (within `request_timeout`) for
+    /// its first notification. A turn that ends before it starts needs no interrupt: `Ok`.
     pub async fn interrupt(&self, thread_id: &str, turn_id: &str) -> Result<(), CodexError> {
+        let not_started = {
+            let mut st = self.inner.lock();
+            match st.turns.get_mut(thread_id) {
+                Some(slot) if slot.turn_id.as_deref() == Some(turn_id) && !slot.started => {
+                    let (tx, rx) = oneshot::channel();
+                    slot.started_waiters.push(tx);
+                    Some(rx)
+                }
+                _ => None,
+            }
+        };
+        if let Some(started) = not_started {
+            match tokio::time::timeout(self.inner.request_timeout, started).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return self.inner.dead().map_or(Ok(()), Err),
+                Err(_) => return Err(CodexError::Timeout("turn/interrupt")),
+            }
+        }
         self.inner
             .request(
                 "turn/interrupt",
@@ -478,6 +507,12 @@ impl Inner {
                 return;
             }
         }
+        if !slot.started && wire::turn_id(params).is_some() {
+            slot.started = true;
+            for waiter in slot.started_waiters.drain(..) {
+                let _ = waiter.send(());
+            }
+        }
         let sink = slot.sink.clone();
         let mut out = Vec::new();
         match wire::event(method, params) {
@@ -494,8 +529,14 @@ impl Inner {
                     kind: "item/completed:agentMessage".into(),
                 });
             }
-            Event::Error { message } => {
-                slot.last_error = Some(message);
+            Event::Error {
+                message,
+                will_retry,
+            } => {
+                // A final error beats the "Reconnecting... n/5" ones of a retrying stream.
+                if !will_retry || slot.last_error.is_none() {
+                    slot.last_error = Some(message);
+                }
                 out.push(Update::Other {
                     kind: "error".into(),
                 });

@@ -141,10 +141,12 @@ pub fn thread_start_params(cwd: &Path) -> Value {
     Value::Object(m)
 }
 
-/// `thread/resume` params: the same policy, so a resumed thread never asks either.
+/// `thread/resume` params: the same policy, so a resumed thread never asks either, and
+/// `excludeTurns` (the stored history is not needed, and could be a very long line).
 pub fn thread_resume_params(thread_id: &str) -> Value {
     let mut m = policy();
     m.insert("threadId".into(), json!(thread_id));
+    m.insert("excludeTurns".into(), json!(true));
     Value::Object(m)
 }
 
@@ -199,8 +201,8 @@ pub enum Event {
     MessageDelta { item_id: String, delta: String },
     /// `item/completed` of an `agentMessage` (its full text).
     MessageDone { item_id: String, text: String },
-    /// `error` (may precede a failed `turn/completed`).
-    Error { message: String },
+    /// `error` (may precede a failed `turn/completed`; `will_retry` while codex reconnects).
+    Error { message: String, will_retry: bool },
     /// `turn/completed`.
     TurnCompleted {
         status: Option<String>,
@@ -309,6 +311,7 @@ pub fn event(method: &str, params: &Value) -> Event {
                 .and_then(Value::as_str)
                 .unwrap_or("unknown error")
                 .to_string(),
+            will_retry: params.get("willRetry").and_then(Value::as_bool) == Some(true),
         },
         "turn/completed" => Event::TurnCompleted {
             status: params

@@ -266,7 +266,7 @@ async fn resume_known_and_unknown_threads() {
         .expect("resume logged");
     assert_eq!(
         resume["params"],
-        json!({"threadId": tid, "approvalPolicy": "never", "sandbox": "danger-full-access"})
+        json!({"threadId": tid, "approvalPolicy": "never", "sandbox": "danger-full-access", "excludeTurns": true})
     );
 }
 
@@ -308,6 +308,13 @@ async fn hanging_turn_keeps_the_thread_busy_until_interrupted() {
     let run = agent.start_turn(&tid, "#hang").await.expect("turn");
     let err = agent.start_turn(&tid, "second").await.expect_err("busy");
     assert_eq!(err, CodexError::TurnBusy(tid.clone()));
+    // Refused before the wire: codex would steer the text into the running turn.
+    let starts = fx
+        .received()
+        .iter()
+        .filter(|m| m["method"] == "turn/start")
+        .count();
+    assert_eq!(starts, 1);
     let err = agent
         .interrupt(&tid, "turn_404")
         .await
@@ -320,6 +327,38 @@ async fn hanging_turn_keeps_the_thread_busy_until_interrupted() {
     let (updates, done) = collect(run).await;
     assert_eq!(done, Ok(TurnEnd::Interrupted));
     assert_eq!(message_text(&updates), "");
+}
+
+#[tokio::test]
+async fn interrupt_right_after_start_waits_for_the_turn_to_run() {
+    let fx = Fixture::new();
+    let agent = CodexAgent::spawn(&fx.fake(&[("FAKE_CODEX_START_DELAY_MS", "300")]))
+        .await
+        .expect("spawn");
+    let tid = agent.start_thread(fx.cwd()).await.expect("thread");
+    let run = agent.start_turn(&tid, "#hang").await.expect("turn");
+    // Sent at once, codex would answer "no active turn to interrupt".
+    agent
+        .interrupt(&tid, &run.turn_id)
+        .await
+        .expect("interrupt");
+    let (updates, done) = collect(run).await;
+    assert_eq!(done, Ok(TurnEnd::Interrupted));
+    assert_eq!(
+        updates.first(),
+        Some(&Update::Other {
+            kind: "turn/started".into()
+        })
+    );
+    // A turn that already ended needs no interrupt; the server says so.
+    let run = agent.start_turn(&tid, "quick").await.expect("turn");
+    let turn_id = run.turn_id.clone();
+    assert_eq!(collect(run).await.1, Ok(TurnEnd::Completed));
+    let err = agent.interrupt(&tid, &turn_id).await.expect_err("ended");
+    assert!(
+        matches!(err, CodexError::Rpc { code: -32600, .. }),
+        "{err:?}"
+    );
 }
 
 #[tokio::test]
@@ -399,6 +438,15 @@ async fn failed_turn_carries_the_error_message() {
         kind: "error".into()
     }));
     assert!(agent.is_alive());
+    // Without turn.error the last final `error` notification names the failure, not the
+    // "Reconnecting..." one before it.
+    let (_, done) = collect(agent.start_turn(&tid, "#fail quiet").await.expect("turn")).await;
+    assert_eq!(
+        done,
+        Ok(TurnEnd::Failed(
+            "fake upstream failure: usage limit reached".into()
+        ))
+    );
 }
 
 #[tokio::test]
@@ -775,4 +823,53 @@ serve(on)
         .expect("thread is free");
     assert_eq!(run.turn_id, "u2");
     assert_eq!(collect(run).await.1, Ok(TurnEnd::Completed));
+}
+
+/// The same client against a real `codex app-server` (no login or network needed): run with
+/// `CONVENE_CODEX_BIN=/path/to/codex cargo test -p convene-codex -- --ignored`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a codex binary in CONVENE_CODEX_BIN"]
+async fn real_codex_app_server_handshake_thread_turn_interrupt_resume() {
+    let bin = std::env::var("CONVENE_CODEX_BIN").expect("set CONVENE_CODEX_BIN to a codex binary");
+    let fx = Fixture::new();
+    let home = fx.dir.path().join("codex-home");
+    let work = fx.dir.path().join("work");
+    std::fs::create_dir_all(&home).expect("home");
+    std::fs::create_dir_all(&work).expect("work");
+    let cfg = CodexConfig {
+        command: vec![bin, "app-server".into()],
+        cwd: work.clone(),
+        env: vec![("CODEX_HOME".into(), home.to_string_lossy().into_owned())],
+        request_timeout: Duration::from_secs(30),
+    };
+    let agent = CodexAgent::spawn(&cfg).await.expect("spawn");
+    assert_eq!(agent.info()["codexHome"], home.to_string_lossy().as_ref());
+    let tid = agent.start_thread(&work).await.expect("thread");
+    let run = agent.start_turn(&tid, "say hi").await.expect("turn");
+    assert_eq!(
+        agent.start_turn(&tid, "again").await.expect_err("busy"),
+        CodexError::TurnBusy(tid.clone())
+    );
+    // Without credentials the turn cannot complete: it fails, or retries until interrupted.
+    let interrupted = agent.interrupt(&tid, &run.turn_id).await;
+    let (updates, done) = collect(run).await;
+    match (&interrupted, &done) {
+        (Ok(()), Ok(TurnEnd::Interrupted)) | (_, Ok(TurnEnd::Failed(_))) => {}
+        other => panic!("unexpected end {other:?}: {updates:?}"),
+    }
+    assert!(updates.contains(&Update::Other {
+        kind: "turn/started".into()
+    }));
+    agent.resume_thread(&tid).await.expect("resume");
+    let err = agent
+        .resume_thread("00000000-0000-0000-0000-000000000000")
+        .await
+        .expect_err("unknown thread");
+    assert!(
+        matches!(err, CodexError::Rpc { code: -32600, .. }),
+        "{err:?}"
+    );
+    let pid = agent.pid();
+    agent.shutdown(Duration::from_secs(5)).await;
+    assert!(wait_gone(pid).await);
 }
