@@ -825,17 +825,46 @@ serve(on)
     assert_eq!(collect(run).await.1, Ok(TurnEnd::Completed));
 }
 
-/// The same client against a real `codex app-server` (no login or network needed): run with
+/// The same client against a real `codex app-server`, its model provider pointed at
+/// `tests/fixtures/mock_responses_api.py` (no login, no network): run with
 /// `CONVENE_CODEX_BIN=/path/to/codex cargo test -p convene-codex -- --ignored`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a codex binary in CONVENE_CODEX_BIN"]
-async fn real_codex_app_server_handshake_thread_turn_interrupt_resume() {
+async fn real_codex_app_server_round_trip_interrupt_and_resume() {
+    use tokio::io::AsyncBufReadExt;
     let bin = std::env::var("CONVENE_CODEX_BIN").expect("set CONVENE_CODEX_BIN to a codex binary");
     let fx = Fixture::new();
+    let mock =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/mock_responses_api.py");
+    let mut provider = tokio::process::Command::new("python3")
+        .arg(mock)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("mock provider");
+    let mut first = String::new();
+    tokio::io::BufReader::new(provider.stdout.take().expect("stdout"))
+        .read_line(&mut first)
+        .await
+        .expect("port line");
+    let port = first
+        .trim()
+        .strip_prefix("PORT ")
+        .expect("PORT <n>")
+        .to_string();
     let home = fx.dir.path().join("codex-home");
     let work = fx.dir.path().join("work");
     std::fs::create_dir_all(&home).expect("home");
     std::fs::create_dir_all(&work).expect("work");
+    std::fs::write(
+        home.join("config.toml"),
+        format!(
+            "model = \"gpt-5-codex\"\nmodel_provider = \"mock\"\n\n[model_providers.mock]\nname = \"mock\"\n\
+             base_url = \"http://127.0.0.1:{port}/v1\"\nwire_api = \"responses\"\n\
+             request_max_retries = 0\nstream_max_retries = 0\nsupports_websockets = false\n"
+        ),
+    )
+    .expect("config");
     let cfg = CodexConfig {
         command: vec![bin, "app-server".into()],
         cwd: work.clone(),
@@ -845,22 +874,29 @@ async fn real_codex_app_server_handshake_thread_turn_interrupt_resume() {
     let agent = CodexAgent::spawn(&cfg).await.expect("spawn");
     assert_eq!(agent.info()["codexHome"], home.to_string_lossy().as_ref());
     let tid = agent.start_thread(&work).await.expect("thread");
-    let run = agent.start_turn(&tid, "say hi").await.expect("turn");
+
+    let (updates, done) = collect(agent.start_turn(&tid, "say hello").await.expect("turn")).await;
+    assert_eq!(done, Ok(TurnEnd::Completed), "{updates:?}");
+    assert_eq!(message_text(&updates), "Hello from mock");
+    assert!(chunk_count(&updates) >= 3, "{updates:?}");
+
+    // Interrupted right after turn/start answered, before codex reports the turn running.
+    let run = agent.start_turn(&tid, "MOCK_STALL").await.expect("turn");
     assert_eq!(
         agent.start_turn(&tid, "again").await.expect_err("busy"),
         CodexError::TurnBusy(tid.clone())
     );
-    // Without credentials the turn cannot complete: it fails, or retries until interrupted.
-    let interrupted = agent.interrupt(&tid, &run.turn_id).await;
-    let (updates, done) = collect(run).await;
-    match (&interrupted, &done) {
-        (Ok(()), Ok(TurnEnd::Interrupted)) | (_, Ok(TurnEnd::Failed(_))) => {}
-        other => panic!("unexpected end {other:?}: {updates:?}"),
-    }
-    assert!(updates.contains(&Update::Other {
-        kind: "turn/started".into()
-    }));
+    agent
+        .interrupt(&tid, &run.turn_id)
+        .await
+        .expect("interrupt");
+    let (_, done) = collect(run).await;
+    assert_eq!(done, Ok(TurnEnd::Interrupted));
+
     agent.resume_thread(&tid).await.expect("resume");
+    let (updates, done) = collect(agent.start_turn(&tid, "once more").await.expect("turn")).await;
+    assert_eq!(done, Ok(TurnEnd::Completed));
+    assert_eq!(message_text(&updates), "Hello from mock");
     let err = agent
         .resume_thread("00000000-0000-0000-0000-000000000000")
         .await
