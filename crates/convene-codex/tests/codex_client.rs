@@ -1,126 +1,13 @@
 //! The Codex app-server client against real child processes: the fake app-server
 //! (`tests/fixtures/fake_codex_app_server.py`) and a few tiny inline servers for misbehaviour.
 
-use std::path::{Path, PathBuf};
+mod common;
+
 use std::time::Duration;
 
-use convene_codex::{CodexAgent, CodexConfig, CodexError, TurnEnd, TurnRun, Update};
-use serde_json::{json, Value};
-
-fn fake_server() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/fake_codex_app_server.py")
-}
-
-struct Fixture {
-    dir: tempfile::TempDir,
-}
-
-impl Fixture {
-    fn new() -> Fixture {
-        Fixture {
-            dir: tempfile::tempdir().expect("tempdir"),
-        }
-    }
-
-    fn log_path(&self) -> PathBuf {
-        self.dir.path().join("fake.log")
-    }
-
-    /// Config for the fake app-server, logging what it receives.
-    fn fake(&self, extra_env: &[(&str, &str)]) -> CodexConfig {
-        let mut env = vec![(
-            "FAKE_CODEX_LOG".to_string(),
-            self.log_path().to_string_lossy().into_owned(),
-        )];
-        env.extend(
-            extra_env
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string())),
-        );
-        CodexConfig {
-            command: vec![
-                "python3".into(),
-                fake_server().to_string_lossy().into_owned(),
-            ],
-            cwd: self.dir.path().to_path_buf(),
-            env,
-            request_timeout: Duration::from_secs(20),
-        }
-    }
-
-    /// Config for an inline python app-server script.
-    fn inline(&self, script: &str, args: &[&str], timeout: Duration) -> CodexConfig {
-        let mut command = vec!["python3".to_string(), "-c".to_string(), script.to_string()];
-        command.extend(args.iter().map(|a| a.to_string()));
-        CodexConfig {
-            command,
-            cwd: self.dir.path().to_path_buf(),
-            env: Vec::new(),
-            request_timeout: timeout,
-        }
-    }
-
-    /// Every message the fake received, in order.
-    fn received(&self) -> Vec<Value> {
-        std::fs::read_to_string(self.log_path())
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str(l).expect("log line is JSON"))
-            .collect()
-    }
-
-    /// `received()`, polled (bounded) until one message matches `pred`.
-    async fn received_until(&self, pred: impl Fn(&Value) -> bool) -> Vec<Value> {
-        for _ in 0..100 {
-            let log = self.received();
-            if log.iter().any(&pred) {
-                return log;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        self.received()
-    }
-
-    fn cwd(&self) -> &Path {
-        self.dir.path()
-    }
-}
-
-/// All updates of a run, then its outcome.
-async fn collect(mut run: TurnRun) -> (Vec<Update>, Result<TurnEnd, CodexError>) {
-    let mut updates = Vec::new();
-    while let Some(u) = run.updates.recv().await {
-        updates.push(u);
-    }
-    let done = run.done.await.expect("done is always sent");
-    (updates, done)
-}
-
-/// The updates that are not `Other`.
-fn modelled(updates: &[Update]) -> Vec<Update> {
-    updates
-        .iter()
-        .filter(|u| !matches!(u, Update::Other { .. }))
-        .cloned()
-        .collect()
-}
-
-fn message_text(updates: &[Update]) -> String {
-    updates
-        .iter()
-        .filter_map(|u| match u {
-            Update::MessageChunk(t) => Some(t.as_str()),
-            _ => None,
-        })
-        .collect()
-}
-
-fn chunk_count(updates: &[Update]) -> usize {
-    updates
-        .iter()
-        .filter(|u| matches!(u, Update::MessageChunk(_)))
-        .count()
-}
+use common::*;
+use convene_codex::{CodexAgent, CodexError, TurnEnd, Update};
+use serde_json::json;
 
 /// A minimal app-server header for inline scripts: answers initialize, ignores
 /// `initialized`, calls `on(msg)` otherwise.
@@ -573,27 +460,6 @@ serve(on)
     assert_eq!(done, Ok(TurnEnd::Completed));
 }
 
-/// True while `pid` exists and is not a zombie.
-fn running(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .map(|(_, rest)| !rest.trim_start().starts_with('Z'))
-            .unwrap_or(false),
-        Err(_) => false,
-    }
-}
-
-async fn wait_gone(pid: u32) -> bool {
-    for _ in 0..100 {
-        if !running(pid) {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    false
-}
-
 #[tokio::test]
 async fn shutdown_kills_a_server_that_ignores_stdin_close_and_its_helpers() {
     let fx = Fixture::new();
@@ -823,89 +689,4 @@ serve(on)
         .expect("thread is free");
     assert_eq!(run.turn_id, "u2");
     assert_eq!(collect(run).await.1, Ok(TurnEnd::Completed));
-}
-
-/// The same client against a real `codex app-server`, its model provider pointed at
-/// `tests/fixtures/mock_responses_api.py` (no login, no network): run with
-/// `CONVENE_CODEX_BIN=/path/to/codex cargo test -p convene-codex -- --ignored`.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs a codex binary in CONVENE_CODEX_BIN"]
-async fn real_codex_app_server_round_trip_interrupt_and_resume() {
-    use tokio::io::AsyncBufReadExt;
-    let bin = std::env::var("CONVENE_CODEX_BIN").expect("set CONVENE_CODEX_BIN to a codex binary");
-    let fx = Fixture::new();
-    let mock =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/mock_responses_api.py");
-    let mut provider = tokio::process::Command::new("python3")
-        .arg(mock)
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("mock provider");
-    let mut first = String::new();
-    tokio::io::BufReader::new(provider.stdout.take().expect("stdout"))
-        .read_line(&mut first)
-        .await
-        .expect("port line");
-    let port = first
-        .trim()
-        .strip_prefix("PORT ")
-        .expect("PORT <n>")
-        .to_string();
-    let home = fx.dir.path().join("codex-home");
-    let work = fx.dir.path().join("work");
-    std::fs::create_dir_all(&home).expect("home");
-    std::fs::create_dir_all(&work).expect("work");
-    std::fs::write(
-        home.join("config.toml"),
-        format!(
-            "model = \"gpt-5-codex\"\nmodel_provider = \"mock\"\n\n[model_providers.mock]\nname = \"mock\"\n\
-             base_url = \"http://127.0.0.1:{port}/v1\"\nwire_api = \"responses\"\n\
-             request_max_retries = 0\nstream_max_retries = 0\nsupports_websockets = false\n"
-        ),
-    )
-    .expect("config");
-    let cfg = CodexConfig {
-        command: vec![bin, "app-server".into()],
-        cwd: work.clone(),
-        env: vec![("CODEX_HOME".into(), home.to_string_lossy().into_owned())],
-        request_timeout: Duration::from_secs(30),
-    };
-    let agent = CodexAgent::spawn(&cfg).await.expect("spawn");
-    assert_eq!(agent.info()["codexHome"], home.to_string_lossy().as_ref());
-    let tid = agent.start_thread(&work).await.expect("thread");
-
-    let (updates, done) = collect(agent.start_turn(&tid, "say hello").await.expect("turn")).await;
-    assert_eq!(done, Ok(TurnEnd::Completed), "{updates:?}");
-    assert_eq!(message_text(&updates), "Hello from mock");
-    assert!(chunk_count(&updates) >= 3, "{updates:?}");
-
-    // Interrupted right after turn/start answered, before codex reports the turn running.
-    let run = agent.start_turn(&tid, "MOCK_STALL").await.expect("turn");
-    assert_eq!(
-        agent.start_turn(&tid, "again").await.expect_err("busy"),
-        CodexError::TurnBusy(tid.clone())
-    );
-    agent
-        .interrupt(&tid, &run.turn_id)
-        .await
-        .expect("interrupt");
-    let (_, done) = collect(run).await;
-    assert_eq!(done, Ok(TurnEnd::Interrupted));
-
-    agent.resume_thread(&tid).await.expect("resume");
-    let (updates, done) = collect(agent.start_turn(&tid, "once more").await.expect("turn")).await;
-    assert_eq!(done, Ok(TurnEnd::Completed));
-    assert_eq!(message_text(&updates), "Hello from mock");
-    let err = agent
-        .resume_thread("00000000-0000-0000-0000-000000000000")
-        .await
-        .expect_err("unknown thread");
-    assert!(
-        matches!(err, CodexError::Rpc { code: -32600, .. }),
-        "{err:?}"
-    );
-    let pid = agent.pid();
-    agent.shutdown(Duration::from_secs(5)).await;
-    assert!(wait_gone(pid).await);
 }
