@@ -522,3 +522,37 @@ def test_groupx_10_8_runtime_shutdown_needs_this_runtimes_scope_key_then_drains_
     except OSError:
         pass  # already gone
     assert d.proc.wait(15) == 0
+
+
+CODEX_FAKE = ROOT / "tests" / "fixtures" / "fake_codex_app_server.py"
+
+
+def test_a_codex_app_server_agent_runs_turns_like_an_acp_one(home, tmp_path):
+    """The `codex` driver (crates/convene-codex) behind the same lane: reply, interrupt, the
+    §9 refusal of an approval request, and a failed turn."""
+    log = tmp_path / "codex.log"
+    codex = {"id": "codex", "name": "Codex", "driver": "codex", "command": ["python3", str(CODEX_FAKE)],
+             "env": {"FAKE_CODEX_LOG": str(log)}}
+    d = start(home, [codex])
+    try:
+        gx = GX(d)
+        t = gx.ok_post(["agent:codex"], "hello codex")["turns"][0]["turnId"]
+        assert gx.wait_terminal(t)["type"] == "turn.completed"
+        reply = next(e for e in gx.events() if e["type"] == "message.created" and e["body"].get("turnId") == t)
+        assert reply["body"]["content"] == "echo: hello codex" and reply["actor"]["displayName"] == "Codex"
+        hung = gx.ok_post(["agent:codex"], "wait\n#hang")["turns"][0]["turnId"]
+        gx.wait_type(hung, "turn.dispatched")
+        assert gx.call("POST", f"/api/turns/{hung}/cancel")[0] == 202
+        assert gx.wait_terminal(hung)["type"] == "turn.cancelled"
+        methods = [json.loads(l).get("method") for l in log.read_text().splitlines()]
+        assert "turn/interrupt" in methods
+        perm = gx.ok_post(["agent:codex"], "risky\n#permission")["turns"][0]["turnId"]
+        end = gx.wait_terminal(perm)
+        assert end["type"] == "turn.failed" and end["body"]["errorCode"] == "UNEXPECTED_NATIVE_INTERACTION", end
+        bad = gx.ok_post(["agent:codex"], "x\n#fail")["turns"][0]["turnId"]
+        end = gx.wait_terminal(bad)
+        assert end["type"] == "turn.failed" and end["body"]["errorCode"] == "AGENT_ERROR", end
+        again = gx.ok_post(["agent:codex"], "still there?")["turns"][0]["turnId"]
+        assert gx.wait_terminal(again)["type"] == "turn.completed"
+    finally:
+        d.stop()

@@ -23,7 +23,7 @@ pub struct AgentConfig {
     /// Display name.
     #[serde(default)]
     pub name: String,
-    /// Native driver; `acp` is the one this broker drives.
+    /// Native driver: `acp` (Agent Client Protocol) or `codex` (the Codex app-server).
     #[serde(default = "acp")]
     pub driver: String,
     /// The agent CLI and its arguments.
@@ -219,9 +219,9 @@ impl Config {
             if !seen.insert(a.id.clone()) {
                 return Err(bad(format!("agent id {:?} appears twice", a.id)));
             }
-            if a.driver != "acp" {
+            if a.driver != "acp" && a.driver != "codex" {
                 return Err(bad(format!(
-                    "agent {}: driver {:?} is not supported (this broker drives `acp`)",
+                    "agent {}: driver {:?} is not supported (`acp` or `codex`)",
                     a.id, a.driver
                 )));
             }

@@ -10,7 +10,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use convene_acp::{AcpAgent, AcpConfig, AcpError, StopReason, Update};
+use convene_acp::{AcpError, StopReason, Update};
+
+use super::driver::Native;
 use convene_core::{Command, SendArgs};
 use convene_groupx::envelope::{transient, ActorKind, ActorRef, Correlation};
 use convene_groupx::{ids, ErrorCode, TurnStatus};
@@ -34,8 +36,7 @@ const MAX_REASONING: usize = 64 * 1024;
 
 /// A live agent session.
 struct Session {
-    agent: AcpAgent,
-    session_id: String,
+    native: Native,
     /// Its MCP binding (registered with the face while the session lives).
     binding: String,
     /// Whether it is the agent's earlier session, loaded again.
@@ -86,7 +87,7 @@ async fn run(face: Arc<Face>, cfg: AgentConfig) {
     }
     if let Some(s) = session.take() {
         face.bindings.lock().remove(&s.binding);
-        s.agent.shutdown(Duration::from_secs(2)).await;
+        s.native.shutdown(Duration::from_secs(2)).await;
     }
 }
 
@@ -150,64 +151,26 @@ fn status_is(room: &super::room::Room, turn: &str, ok: &[TurnStatus]) -> bool {
 
 async fn start_session(face: &Face, cfg: &AgentConfig) -> Result<Session, String> {
     let cwd = cfg.cwd.clone().unwrap_or_else(|| face.home.clone());
-    let acfg = AcpConfig {
-        command: cfg.command.clone(),
-        cwd: cwd.clone(),
-        env: cfg
-            .env
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect(),
-        request_timeout: Duration::from_secs(30),
-    };
     let binding = ids::new_id("bind");
-    let go = async {
-        let agent = AcpAgent::spawn(&acfg).await.map_err(|e| e.to_string())?;
-        // GroupX tools only for agents that can attach an HTTP MCP server (§6, §12): the
-        // binding header is how their calls are known to be theirs.
-        let http_mcp = agent.capabilities().raw["agentCapabilities"]["mcpCapabilities"]["http"]
-            == serde_json::Value::Bool(true);
-        let servers = match (http_mcp, face.addr) {
-            (true, Some(addr)) => vec![json!({"type": "http", "name": "groupx",
-                "url": format!("http://{addr}/mcp"),
-                "headers": [{"name": "X-GroupX-Binding", "value": binding}]})],
-            _ => Vec::new(),
-        };
-        // Resume the agent's own session when it can (§2.1: session/load), so a broker
-        // restart does not cost the agent its context; else a new one.
-        let mut resumed = false;
-        let mut sid = None;
-        if let Some(old) = native_sessions::get(&face.home, &cfg.id) {
-            if agent.capabilities().load_session
-                && agent
-                    .load_session(&old, &cwd, servers.clone())
-                    .await
-                    .is_ok()
-            {
-                resumed = true;
-                sid = Some(old);
-            }
+    // The GroupX MCP server, for drivers whose agents can attach one (the binding header is how
+    // their calls are known to be theirs, §3.3).
+    let mcp = face.addr.map(|addr| {
+        json!({"type": "http", "name": "groupx", "url": format!("http://{addr}/mcp"),
+            "headers": [{"name": "X-GroupX-Binding", "value": binding}]})
+    });
+    // Resume the agent's own session when it can (session/load, thread/resume), so a broker
+    // restart does not cost the agent its context; else a new one.
+    let previous = native_sessions::get(&face.home, &cfg.id);
+    match tokio::time::timeout(START_BOUND, Native::start(cfg, &cwd, previous, mcp)).await {
+        Ok(Ok(st)) => {
+            native_sessions::put(&face.home, &cfg.id, &st.native_id);
+            Ok(Session {
+                native: st.native,
+                binding,
+                resumed: st.resumed,
+            })
         }
-        let sid = match sid {
-            Some(s) => s,
-            None => agent
-                .new_session(&cwd, servers)
-                .await
-                .map_err(|e| e.to_string())?,
-        };
-        if let Some(m) = &cfg.mode {
-            agent.set_mode(&sid, m).await.map_err(|e| e.to_string())?;
-        }
-        native_sessions::put(&face.home, &cfg.id, &sid);
-        Ok(Session {
-            agent,
-            session_id: sid,
-            binding: binding.clone(),
-            resumed,
-        })
-    };
-    match tokio::time::timeout(START_BOUND, go).await {
-        Ok(r) => r,
+        Ok(Err(e)) => Err(e),
         Err(_) => Err(format!(
             "agent did not start within {}s",
             START_BOUND.as_secs()
@@ -419,10 +382,10 @@ async fn run_turn(
         ..corr.clone()
     };
     // 1. A live session.
-    if !session.as_ref().is_some_and(|s| s.agent.is_alive()) {
+    if !session.as_ref().is_some_and(|s| s.native.is_alive()) {
         if let Some(old) = session.take() {
             face.bindings.lock().remove(&old.binding);
-            old.agent.shutdown(Duration::from_secs(1)).await;
+            old.native.shutdown(Duration::from_secs(1)).await;
         }
         face.set_session(&cfg.id, "starting");
         let body = json!({"agent": target});
@@ -515,11 +478,11 @@ async fn run_turn(
     // cancel intent, if any, is in the room.
     while futures_util::FutureExt::now_or_never(cancel.notified()).is_some() {}
     let cancel_now = status_is(&*face.room.lock().await, &tid, &[TurnStatus::Cancelling]);
-    let outcome: Result<StopReason, AcpError> = match s.agent.prompt(&s.session_id, &text).await {
+    let outcome: Result<StopReason, AcpError> = match s.native.prompt(&text).await {
         Err(e) => Err(e),
         Ok(run) => {
             if cancel_now {
-                let _ = s.agent.cancel(&s.session_id).await;
+                s.native.cancel().await;
             }
             let (mut updates, mut done) = (run.updates, run.done);
             let idle = face.cfg.limits.turn_idle();
@@ -556,12 +519,12 @@ async fn run_turn(
                         break r.unwrap_or(Err(AcpError::Protocol("agent connection lost".into())));
                     }
                     _ = cancel.notified() => {
-                        let _ = s.agent.cancel(&s.session_id).await;
+                        s.native.cancel().await;
                         deadline = deadline.min(tokio::time::Instant::now() + CANCEL_GRACE);
                     }
                     _ = tokio::time::sleep_until(deadline) => {
                         timed_out = true;
-                        let _ = s.agent.cancel(&s.session_id).await;
+                        s.native.cancel().await;
                         break match tokio::time::timeout(CANCEL_GRACE, &mut done).await {
                             Ok(Ok(r)) => r,
                             _ => Err(AcpError::Protocol("no answer after cancel".into())),
@@ -671,7 +634,7 @@ async fn run_turn(
     if drop_session {
         if let Some(s) = session.take() {
             face.bindings.lock().remove(&s.binding);
-            s.agent.shutdown(Duration::from_secs(1)).await;
+            s.native.shutdown(Duration::from_secs(1)).await;
         }
         face.set_session(&cfg.id, "idle");
         let body = json!({"agent": target, "errorCode": code.map(ErrorCode::as_str)});

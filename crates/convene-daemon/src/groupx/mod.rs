@@ -11,6 +11,7 @@
 mod command;
 pub mod config;
 mod context;
+mod driver;
 mod follow;
 mod http;
 mod lane;
