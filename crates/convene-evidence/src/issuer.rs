@@ -595,8 +595,12 @@ impl Verifier {
         };
         self.step(Step::Rules, started, trace)?;
         let now = (self.clock)();
+        // Rules read the parameters with invisible characters removed ("r\u{200b}m -rf /"
+        // runs as "rm -rf /" in many shells and reads so to a person); the receipt still
+        // binds the parameters exactly as given.
+        let visible = crate::rules::without_invisible(&cmd);
         let ctx = RuleContext {
-            cmd: &cmd,
+            cmd: visible.as_ref().unwrap_or(&cmd),
             manifest: &self.manifest,
             now,
         };

@@ -671,3 +671,76 @@ fn credential_leak_denies_curl_user_equals_url_passwords_headers_and_prefixed_co
         ],
     );
 }
+
+#[test]
+fn ssrf_protection_reads_short_ipv4_forms_with_a_port_and_internal_names_without_a_scheme() {
+    assert_rule(
+        &SsrfProtection,
+        &[
+            json!({"command": "curl 127.1:8080/admin"}),
+            json!({"command": "nc 10.0.1:22"}),
+            json!({"command": "curl -H 'Metadata-Flavor: Google' metadata.google.internal/computeMetadata/v1/"}),
+            json!({"note": "fetch db.corp.internal:5432 then report"}),
+        ],
+        &[
+            json!({"note": "a ratio of 0.5/1 and version 1.2/3"}),
+            json!({"note": "scores 10.5:1 in the final"}),
+            json!({"path": "docs/internal/notes.md"}),
+        ],
+    );
+}
+
+#[test]
+fn credential_leak_denies_short_password_field_names_with_secret_values_only() {
+    assert_rule(
+        &CredentialLeak,
+        &[
+            json!({"pass": "S3cr3t!pass"}),
+            json!({"db_pwd": "Tr0ub4dor&3"}),
+            json!({"conn": {"user": "app", "pw": "hunter2hunter2"}}),
+            json!({"mysqlPwd": "xK9#mQ2$vL"}),
+        ],
+        &[
+            json!({"pass": "true"}),
+            json!({"pass": "first"}),
+            json!({"pw": "$DB_PASSWORD"}),
+            json!({"bypass": "S3cr3t!pass"}),
+            json!({"compass": "north-north-east"}),
+        ],
+    );
+}
+
+#[test]
+fn invisible_characters_do_not_hide_a_key_word_from_the_rules() {
+    use convene_evidence::issuer::{Verifier, VerifierSettings};
+    let v = Verifier::new(
+        VerifierSettings::default(),
+        KeyMaterial::generate(None),
+        vec![
+            Box::new(RceProtection),
+            Box::new(CredentialLeak),
+            Box::new(SsrfProtection),
+        ],
+    )
+    .unwrap();
+    let intake = |params: Value| {
+        json!({"intake_version":"1.3","agent_id":"a","tool":"shell_exec","params":params,
+               "timestamp":1722384000.0,"trace_id":"t-zw"})
+    };
+    for p in [
+        json!({"command": "r\u{200b}m -rf /"}),
+        json!({"command": "curl http://169.254.169\u{2060}.254/latest/meta-data/"}),
+        json!({"pass\u{200d}word": "hunter2hunter2"}),
+    ] {
+        let d = v.issue(&intake(p.clone())).unwrap();
+        assert_eq!(d.receipt.verdict, Verdict::Deny, "{p}");
+        // The receipt binds the parameters as given, invisible characters included.
+        assert!(
+            d.command.canonical_params.contains('\u{200b}')
+                || d.command.canonical_params.contains('\u{2060}')
+                || d.command.canonical_params.contains('\u{200d}')
+        );
+    }
+    let d = v.issue(&intake(json!({"command": "ls -la"}))).unwrap();
+    assert_eq!(d.receipt.verdict, Verdict::Allow);
+}

@@ -65,6 +65,29 @@ fn secret_key_name(k: &str) -> bool {
     })
 }
 
+/// `pass`, `pwd`, `pw`, `db_pass`, `mysqlPwd`: abbreviations too short to match inside other
+/// names, so only whole names or `_`-separated suffixes count, and only with a value that
+/// looks like a secret (`{"pass": "true"}` is not one).
+fn short_secret_name(key: &str) -> bool {
+    let mut norm = String::with_capacity(key.len() + 4);
+    let mut after_lower = false;
+    for c in key.chars() {
+        if c == '-' || c == '.' || c == ' ' {
+            norm.push('_');
+            after_lower = false;
+            continue;
+        }
+        if c.is_ascii_uppercase() && after_lower {
+            norm.push('_');
+        }
+        after_lower = c.is_ascii_lowercase() || c.is_ascii_digit();
+        norm.push(c.to_ascii_lowercase());
+    }
+    ["pass", "pwd", "pw", "passphrase"]
+        .iter()
+        .any(|w| norm == *w || norm.ends_with(&format!("_{w}")))
+}
+
 /// A necessary substring of every finding of [`CredentialLeak::scan`].
 const CREDENTIAL_MARKERS: &[&str] = &[
     "AKIA",
@@ -386,7 +409,7 @@ impl Rule for CredentialLeak {
         all.extend(lines.iter().map(|(k, l)| (*k, l.as_str())));
         for (key, s) in all {
             if let Some(k) = key.filter(|_| s.len() >= 4) {
-                if secret_key_name(k) {
+                if secret_key_name(k) || (short_secret_name(k) && secretish(s)) {
                     return RuleOutcome::deny(format!(
                         "credential leak: secret-bearing field '{k}'"
                     ));

@@ -27,6 +27,50 @@ fn prefilter<'p>(
         .as_ref()
 }
 
+/// Characters that render as nothing (zero-width space/joiners, word joiner, BOM, soft
+/// hyphen): inside a key word they hide it from a substring match.
+const INVISIBLE: [char; 6] = [
+    '\u{200b}', '\u{200c}', '\u{200d}', '\u{2060}', '\u{feff}', '\u{ad}',
+];
+
+fn has_invisible(v: &Value) -> bool {
+    match v {
+        Value::String(s) => s.contains(INVISIBLE),
+        Value::Array(a) => a.iter().any(has_invisible),
+        Value::Object(m) => m
+            .iter()
+            .any(|(k, x)| k.contains(INVISIBLE) || has_invisible(x)),
+        _ => false,
+    }
+}
+
+fn strip_invisible(v: &Value) -> Value {
+    let clean = |s: &str| {
+        s.chars()
+            .filter(|c| !INVISIBLE.contains(c))
+            .collect::<String>()
+    };
+    match v {
+        Value::String(s) => Value::String(clean(s)),
+        Value::Array(a) => Value::Array(a.iter().map(strip_invisible).collect()),
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .map(|(k, x)| (clean(k), strip_invisible(x)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// The command with invisible characters removed from its parameters, or `None` when it has
+/// none (the common case costs one scan, no copy).
+pub(crate) fn without_invisible(cmd: &Command) -> Option<Command> {
+    has_invisible(&cmd.params).then(|| Command {
+        params: strip_invisible(&cmd.params),
+        ..cmd.clone()
+    })
+}
+
 /// What a rule sees.
 pub struct RuleContext<'a> {
     /// The normalized command.

@@ -166,12 +166,25 @@ impl SsrfProtection {
                     .bytes()
                     .next()
                     .is_some_and(|b| b.is_ascii_digit()));
+        let numeric = |n: usize| {
+            host.split('.').count() == n
+                && host
+                    .split('.')
+                    .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        };
+        // A port of two to five digits ("10.5:1" is a ratio, not 10.0.0.5 port 1).
+        let with_port = after.starts_with(':') && {
+            let digits = after[1..].bytes().take_while(u8::is_ascii_digit).count();
+            (2..=5).contains(&digits)
+        };
         port_or_path
             && (host == "localhost"
-                || (host.split('.').count() == 4
-                    && host
-                        .split('.')
-                        .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))))
+                || numeric(4)
+                // Short inet_aton forms ("127.1:8080", "10.0.1:22") only with a port: with a
+                // path they read like ratios and versions ("0.5/1").
+                || (with_port && (numeric(2) || numeric(3)))
+                // Reserved internal names ("metadata.google.internal/computeMetadata/v1/").
+                || host.ends_with(".internal"))
     }
 
     /// A parameter whose name says it holds a host or URL (`host`, `target_url`,
