@@ -250,3 +250,31 @@ def test_a_new_file_is_owner_only_and_a_broken_one_is_not_overwritten(home):
         assert st == 400 and v["error"]["field"] == "limits", v
     finally:
         d.stop()
+
+
+def test_the_page_adds_a_detected_cli_and_saves_through_the_real_route(home, tmp_path):
+    import shutil
+    import subprocess
+
+    from conftest import ROOT
+    node = shutil.which("node")
+    if node is None or not (ROOT / "tests" / "js" / "node_modules" / "jsdom").is_dir():
+        pytest.skip("node + jsdom needed: npm install --prefix tests/js")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "gemini").write_text("#!/bin/sh\nexit 1\n")
+    (bin_dir / "gemini").chmod(0o755)
+    d, gx = start(home, {"agents": ROSTER, "limits": LIMITS}, env_path=str(bin_dir))
+    try:
+        before = setup(gx)["draft"]["agents"]
+        r = subprocess.run([node, str(ROOT / "tests" / "js" / "page_setup_live_test.mjs"), f"http://127.0.0.1:{gx.port}/"],
+                           capture_output=True, text=True, cwd=ROOT, timeout=120)
+        assert r.returncode == 0, r.stdout + r.stderr
+        on_disk = json.loads((home / "groupx.json").read_text())
+        # The rows the page loaded went back unchanged (mode included), the new one after them.
+        assert on_disk["agents"] == before + [{"id": "gemini", "name": "Gemini", "driver": "acp",
+                                               "command": ["gemini", "--experimental-acp"], "enabled": True}]
+        assert on_disk["limits"] == LIMITS
+        assert setup(gx)["restartRequired"] is True
+    finally:
+        d.stop()
