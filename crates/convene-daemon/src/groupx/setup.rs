@@ -164,13 +164,11 @@ fn save(path: &Path, agents: &[AgentConfig]) -> Result<PathBuf, GroupxError> {
         Ok(t) if t.trim().is_empty() => Map::new(),
         Ok(t) => match serde_json::from_str::<Value>(&t) {
             Ok(Value::Object(m)) => m,
-            _ => return Err(invalid(
-                format!(
-                    "{} is not a JSON object; fix or remove it first (its limits would be lost)",
-                    target.display()
-                ),
-                "configPath",
-            )),
+            _ => {
+                let why = "is not a JSON object; fix or remove it first (its limits would be lost)";
+                let msg = format!("{} {why}", target.display());
+                return Err(invalid(msg, "configPath"));
+            }
         },
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Map::new(),
         Err(e) => {
