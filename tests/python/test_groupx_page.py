@@ -57,7 +57,8 @@ def test_page_sets_a_strict_content_security_policy():
 
 def test_page_uses_the_wire_contract_endpoints():
     html = page()
-    for needle in ["'/api/bootstrap'", "'/api/events?afterSeq='", "'/api/messages'", "'/api/turns/'", "clientCommandId"]:
+    for needle in ["'/api/bootstrap'", "'/api/events?afterSeq='", "'/api/messages'", "'/api/turns/'", "clientCommandId",
+                   "'/api/setup'"]:
         assert needle in html, needle
 
 
@@ -88,6 +89,15 @@ jsdom_installed = (ROOT / "tests" / "js" / "node_modules" / "jsdom").is_dir()
 @pytest.mark.skipif(not jsdom_installed, reason="jsdom not installed: npm install --prefix tests/js")
 def test_page_in_jsdom_against_a_fake_daemon():
     r = subprocess.run([node, str(ROOT / "tests" / "js" / "page_dom_test.mjs")], capture_output=True, text=True,
+                       cwd=ROOT, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "checks passed" in r.stdout
+
+
+@needs_node
+@pytest.mark.skipif(not jsdom_installed, reason="jsdom not installed: npm install --prefix tests/js")
+def test_setup_view_in_jsdom_against_a_fake_daemon():
+    r = subprocess.run([node, str(ROOT / "tests" / "js" / "page_setup_test.mjs")], capture_output=True, text=True,
                        cwd=ROOT, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "checks passed" in r.stdout

@@ -8,6 +8,7 @@ pub mod error;
 pub mod ids;
 pub mod memory;
 pub mod request;
+pub mod setup;
 pub mod tools;
 pub mod turn;
 

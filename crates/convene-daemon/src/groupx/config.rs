@@ -11,11 +11,11 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 /// One agent of the roster.
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct AgentConfig {
     /// Stable id: the agent is `agent:<id>` in GroupX and actor `<id>` in the ledger.
@@ -29,19 +29,19 @@ pub struct AgentConfig {
     /// The agent CLI and its arguments.
     pub command: Vec<String>,
     /// Working directory of the agent (default: the home).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<PathBuf>,
     /// Disabled agents are shown but get no turns.
     #[serde(default = "yes")]
     pub enabled: bool,
     /// ACP session mode set after session/new|load, before the first prompt (Kimi: `auto`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
     /// A stable self-description given to the agent with every context packet.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub identity: Option<String>,
     /// Extra environment of the agent process (e.g. its API key variable).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub env: std::collections::BTreeMap<String, String>,
 }
 
@@ -157,6 +157,8 @@ pub struct Config {
     pub runtime_key: String,
     /// SHA-256 of the canonical path only (`runtimeScopeKey`).
     pub runtime_scope_key: String,
+    /// The file this configuration was loaded from (`GET /api/setup`'s `configPath`).
+    pub path: PathBuf,
 }
 
 /// A configuration that cannot be used.
@@ -168,9 +170,21 @@ pub enum ConfigError {
     /// Not the expected JSON.
     #[error("groupx config {0}: {1}")]
     Parse(PathBuf, serde_json::Error),
-    /// A rule of the roster is broken.
+    /// A rule of the roster or the limits is broken.
     #[error("groupx config {0}: {1}")]
-    Invalid(PathBuf, String),
+    Invalid(PathBuf, Invalid),
+}
+
+/// A broken rule: which agent (index in the roster) and field, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct Invalid {
+    /// Index of the agent in `agents`; `None` for the limits.
+    pub agent: Option<usize>,
+    /// The field at fault (`id`, `driver`, `command`, or `limits`).
+    pub field: &'static str,
+    /// What is wrong.
+    pub message: String,
 }
 
 /// Ids that name the broker's own parties, never a roster agent (§10.6).
@@ -185,67 +199,94 @@ fn sha(parts: &[&[u8]]) -> String {
     hex::encode(h.finalize())
 }
 
+/// The roster and limits rules (§10.6: stable, unique, unreserved ids; a known driver; a command).
+pub fn validate(agents: &[AgentConfig], l: &Limits) -> Result<(), Invalid> {
+    let bad = |i: usize, field: &'static str, message: String| Invalid {
+        agent: Some(i),
+        field,
+        message,
+    };
+    let mut seen = std::collections::HashSet::new();
+    for (i, a) in agents.iter().enumerate() {
+        let ok = !a.id.is_empty()
+            && a.id.len() <= 64
+            && a.id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        if !ok {
+            return Err(bad(
+                i,
+                "id",
+                format!("agent id {:?} must be 1-64 of [A-Za-z0-9_-]", a.id),
+            ));
+        }
+        if RESERVED.contains(&a.id.as_str()) {
+            return Err(bad(i, "id", format!("agent id {:?} is reserved", a.id)));
+        }
+        if !seen.insert(a.id.clone()) {
+            return Err(bad(i, "id", format!("agent id {:?} appears twice", a.id)));
+        }
+        if a.driver != "acp" && a.driver != "codex" {
+            return Err(bad(
+                i,
+                "driver",
+                format!(
+                    "agent {}: driver {:?} is not supported (`acp` or `codex`)",
+                    a.id, a.driver
+                ),
+            ));
+        }
+        if a.command.is_empty() || a.command[0].is_empty() {
+            return Err(bad(
+                i,
+                "command",
+                format!("agent {}: command is empty", a.id),
+            ));
+        }
+    }
+    if l.message_bytes == 0
+        || l.queue_per_agent == 0
+        || l.max_turns_per_root == 0
+        || l.max_calls_per_agent_per_root == 0
+        || l.context_characters == 0
+        || l.ask_ms > 60_000
+    {
+        return Err(Invalid {
+            agent: None,
+            field: "limits",
+            message: "limits must be positive, and askMs at most 60000".into(),
+        });
+    }
+    Ok(())
+}
+
 impl Config {
     /// Loads `path`; a missing file is an empty roster (the room works for the human alone).
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let canon_path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
         let text = match std::fs::read_to_string(path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
             Err(e) => return Err(ConfigError::Io(path.to_path_buf(), e)),
         };
+        Self::from_text(path, &text)
+    }
+
+    /// Parses and validates `text` as the content of `path` (blank: an empty roster). The one
+    /// place the rules live: `load` and `POST /api/setup` both come here.
+    pub fn from_text(path: &Path, text: &str) -> Result<Self, ConfigError> {
+        let canon_path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
         let file: File = if text.trim().is_empty() {
             File::default()
         } else {
-            serde_json::from_str(&text).map_err(|e| ConfigError::Parse(path.to_path_buf(), e))?
+            serde_json::from_str(text).map_err(|e| ConfigError::Parse(path.to_path_buf(), e))?
         };
-        let bad = |m: String| ConfigError::Invalid(path.to_path_buf(), m);
-        let mut seen = std::collections::HashSet::new();
-        for a in &file.agents {
-            let ok = !a.id.is_empty()
-                && a.id.len() <= 64
-                && a.id
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-            if !ok {
-                return Err(bad(format!(
-                    "agent id {:?} must be 1-64 of [A-Za-z0-9_-]",
-                    a.id
-                )));
-            }
-            if RESERVED.contains(&a.id.as_str()) {
-                return Err(bad(format!("agent id {:?} is reserved", a.id)));
-            }
-            if !seen.insert(a.id.clone()) {
-                return Err(bad(format!("agent id {:?} appears twice", a.id)));
-            }
-            if a.driver != "acp" && a.driver != "codex" {
-                return Err(bad(format!(
-                    "agent {}: driver {:?} is not supported (`acp` or `codex`)",
-                    a.id, a.driver
-                )));
-            }
-            if a.command.is_empty() || a.command[0].is_empty() {
-                return Err(bad(format!("agent {}: command is empty", a.id)));
-            }
-        }
-        let l = &file.limits;
-        if l.message_bytes == 0
-            || l.queue_per_agent == 0
-            || l.max_turns_per_root == 0
-            || l.max_calls_per_agent_per_root == 0
-            || l.context_characters == 0
-            || l.ask_ms > 60_000
-        {
-            return Err(bad(
-                "limits must be positive, and askMs at most 60000".into()
-            ));
-        }
+        validate(&file.agents, &file.limits)
+            .map_err(|e| ConfigError::Invalid(path.to_path_buf(), e))?;
         let canonical = serde_json::to_string(
             &serde_json::from_str::<serde_json::Value>(if text.trim().is_empty() {
                 "{}"
             } else {
-                &text
+                text
             })
             .map_err(|e| ConfigError::Parse(path.to_path_buf(), e))?,
         )
@@ -256,6 +297,7 @@ impl Config {
             runtime_scope_key: sha(&[p.as_bytes()]),
             agents: file.agents,
             limits: file.limits,
+            path: path.to_path_buf(),
         })
     }
 

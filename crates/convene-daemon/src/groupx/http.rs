@@ -201,6 +201,7 @@ async fn route(
             ErrorCode::Unavailable,
             "the runtime is shutting down",
         )),
+        super::setup::ROUTE => super::setup::route(face, req).await,
         "/api/bootstrap" => match method {
             Method::GET => match face.bootstrap().await {
                 Ok(v) => json(200, &v),

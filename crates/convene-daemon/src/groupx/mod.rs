@@ -20,6 +20,7 @@ mod memory;
 mod memory_api;
 mod native_sessions;
 pub mod room;
+mod setup;
 mod sse;
 mod supervise;
 
