@@ -12,10 +12,16 @@ use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::process::{ChildStdin, ChildStdout};
 use tokio::sync::{oneshot, watch};
 
-use crate::process::{self, Line, StderrTail};
-use crate::sink::PromptSink;
+use convene_agentio::process::{self, Line, StderrTail};
+use convene_agentio::sink::TurnSink;
+
 use crate::wire::{self, Incoming};
-use crate::{AcpConfig, AcpError, AgentInfo, PromptRun, SessionInfo, Update, MAX_LINE_BYTES};
+use crate::{
+    AcpConfig, AcpError, AgentInfo, PromptRun, SessionInfo, StopReason, Update, MAX_LINE_BYTES,
+};
+
+/// The reader's side of one running prompt.
+type PromptSink = TurnSink<Result<StopReason, AcpError>>;
 
 /// After the child is reaped, how long the reader gets to drain stdout before the connection is
 /// declared dead anyway (a grandchild may hold stdout open).
@@ -64,7 +70,7 @@ struct Inner {
 impl AcpAgent {
     /// Starts the agent process and runs `initialize`.
     pub async fn spawn(cfg: &AcpConfig) -> Result<AcpAgent, AcpError> {
-        let spawned = process::spawn(cfg)?;
+        let spawned = process::spawn(&cfg.command, &cfg.cwd, &cfg.env)?;
         tracing::debug!(pid = spawned.pid, command = ?cfg.command, "spawned ACP agent");
         let (stderr, stderr_closed) = StderrTail::collect(spawned.stderr);
         let (exit_tx, exit) = watch::channel(None);
@@ -174,7 +180,11 @@ impl AcpAgent {
     /// of one tool call merged. Text is never lost. The prompt has no timeout (only writing
     /// it is bounded by `request_timeout`).
     pub async fn prompt(&self, session_id: &str, text: &str) -> Result<PromptRun, AcpError> {
-        let (sink, run) = PromptSink::start();
+        let (sink, ends) = PromptSink::start();
+        let run = PromptRun {
+            updates: ends.updates,
+            done: ends.done,
+        };
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         {
             let mut st = self.inner.lock();

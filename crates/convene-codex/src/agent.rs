@@ -12,10 +12,14 @@ use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::process::{ChildStdin, ChildStdout};
 use tokio::sync::{oneshot, watch};
 
-use crate::process::{self, Line, StderrTail};
-use crate::sink::TurnSink;
+use convene_agentio::process::{self, Line, StderrTail};
+use convene_agentio::sink;
+
 use crate::wire::{self, Event, Incoming};
-use crate::{CodexConfig, CodexError, TurnRun, Update, MAX_LINE_BYTES};
+use crate::{CodexConfig, CodexError, TurnEnd, TurnRun, Update, MAX_LINE_BYTES};
+
+/// The reader's side of one running turn.
+type TurnSink = sink::TurnSink<Result<TurnEnd, CodexError>>;
 
 /// After the child is reaped, how long the reader gets to drain stdout before the connection is
 /// declared dead anyway (a grandchild may hold stdout open).
@@ -92,7 +96,7 @@ struct Inner {
 impl CodexAgent {
     /// Starts the app-server, runs `initialize` and sends `initialized`.
     pub async fn spawn(cfg: &CodexConfig) -> Result<CodexAgent, CodexError> {
-        let spawned = process::spawn(cfg)?;
+        let spawned = process::spawn(&cfg.command, &cfg.cwd, &cfg.env)?;
         tracing::debug!(pid = spawned.pid, command = ?cfg.command, "spawned codex app-server");
         let (stderr, stderr_closed) = StderrTail::collect(spawned.stderr);
         let (exit_tx, exit) = watch::channel(None);

@@ -7,112 +7,43 @@
 
 use std::path::Path;
 
+use convene_agentio::jsonrpc::{self, Dialect};
 use serde_json::{json, Value};
 
 use crate::{CodexError, TurnEnd, Update};
 
+/// Codex's JSON-RPC: no `"jsonrpc"` member.
+pub const RPC: Dialect = Dialect {
+    jsonrpc_member: false,
+    peer: "app-server",
+};
+
 /// One message read from the app-server.
-#[derive(Debug)]
-pub enum Incoming {
-    /// Server→client request: must be answered.
-    Request {
-        id: Value,
-        method: String,
-        params: Value,
-    },
-    /// Server→client notification.
-    Notification { method: String, params: Value },
-    /// Answer to one of our requests; `id` is `None` when not one of ours (not a u64).
-    Response {
-        id: Option<u64>,
-        result: Result<Value, CodexError>,
-    },
-}
+pub type Incoming = jsonrpc::Incoming<CodexError>;
 
 /// Parses one line. `Err` means the line is not a JSON-RPC message.
 pub fn parse_line(line: &[u8]) -> Result<Incoming, CodexError> {
-    let value: Value = serde_json::from_slice(line)
-        .map_err(|e| CodexError::Protocol(format!("invalid JSON from app-server: {e}")))?;
-    let Value::Object(mut obj) = value else {
-        return Err(CodexError::Protocol(
-            "JSON-RPC message is not an object".into(),
-        ));
-    };
-    let method = match obj.remove("method") {
-        None => None,
-        Some(Value::String(m)) => Some(m),
-        Some(_) => {
-            return Err(CodexError::Protocol(
-                "JSON-RPC method is not a string".into(),
-            ))
-        }
-    };
-    let id = obj.remove("id");
-    let params = obj.remove("params").unwrap_or(Value::Null);
-    match (method, id) {
-        (Some(method), Some(id)) => Ok(Incoming::Request { id, method, params }),
-        (Some(method), None) => Ok(Incoming::Notification { method, params }),
-        (None, Some(id)) => {
-            let result = if let Some(err) = obj.remove("error") {
-                Err(rpc_error(&err))
-            } else if let Some(result) = obj.remove("result") {
-                Ok(result)
-            } else {
-                return Err(CodexError::Protocol(
-                    "JSON-RPC response has neither result nor error".into(),
-                ));
-            };
-            Ok(Incoming::Response {
-                id: id.as_u64(),
-                result,
-            })
-        }
-        (None, None) => Err(CodexError::Protocol(
-            "JSON-RPC message has neither method nor id".into(),
-        )),
-    }
-}
-
-fn rpc_error(err: &Value) -> CodexError {
-    let code = err.get("code").and_then(Value::as_i64);
-    let message = err.get("message").and_then(Value::as_str);
-    match (code, message) {
-        (Some(code), message) => CodexError::Rpc {
-            code,
-            message: message.unwrap_or_default().to_string(),
-        },
-        _ => CodexError::Protocol(format!("malformed JSON-RPC error object: {err}")),
-    }
+    RPC.parse_line(line)
 }
 
 /// Serializes a request line (with the trailing newline).
 pub fn request_line(id: u64, method: &str, params: &Value) -> Vec<u8> {
-    line(&json!({"id": id, "method": method, "params": params}))
+    RPC.request_line(id, method, params)
 }
 
 /// Serializes a notification line; `initialized` carries no params on the wire.
 pub fn notification_line(method: &str, params: Option<&Value>) -> Vec<u8> {
-    match params {
-        Some(params) => line(&json!({"method": method, "params": params})),
-        None => line(&json!({"method": method})),
-    }
+    RPC.notification_line(method, params)
 }
 
 /// Serializes a successful response to a server request.
 pub fn result_line(id: &Value, result: &Value) -> Vec<u8> {
-    line(&json!({"id": id, "result": result}))
+    RPC.result_line(id, result)
 }
 
 /// Serializes an error response to a server request.
 pub fn error_line(id: &Value, code: i64, message: &str) -> Vec<u8> {
-    line(&json!({"id": id, "error": {"code": code, "message": message}}))
-}
-
-fn line(v: &Value) -> Vec<u8> {
-    // Serializing a Value cannot fail (keys are strings); an empty object is a safe fallback.
-    let mut out = serde_json::to_vec(v).unwrap_or_else(|_| b"{}".to_vec());
-    out.push(b'\n');
-    out
+    RPC.error_line(id, code, message)
 }
 
 /// `initialize` params: who we are; no experimental API, no notification opt-outs.
