@@ -1,9 +1,9 @@
-//! JSON-RPC 2.0 framing and the few ACP shapes this crate reads and writes.
+//! ACP's JSON-RPC dialect (`"jsonrpc": "2.0"` on every message) and the few ACP shapes this
+//! crate reads and writes; framing and parsing live in `convene-agentio`.
 //!
-//! Incoming messages are parsed leniently (unknown fields and unknown update kinds are kept
-//! as `Other`), but a line that is not a JSON-RPC message at all is a protocol violation.
+//! Updates are read leniently: unknown update kinds are kept as `Other`.
 
-use convene_agentio::jsonrpc::{self, Dialect};
+use convene_agentio::jsonrpc::Dialect;
 use serde_json::{json, Map, Value};
 
 use crate::{AcpError, AgentInfo, SessionInfo, StopReason, Update};
@@ -16,14 +16,6 @@ pub const RPC: Dialect = Dialect {
     jsonrpc_member: true,
     peer: "agent",
 };
-
-/// One message read from the agent.
-pub type Incoming = jsonrpc::Incoming<AcpError>;
-
-/// Parses one line. `Err` means the line is not a JSON-RPC 2.0 message.
-pub fn parse_line(line: &[u8]) -> Result<Incoming, AcpError> {
-    RPC.parse_line(line)
-}
 
 /// Serializes a request line (with the trailing newline).
 pub fn request_line(id: u64, method: &str, params: &Value) -> Vec<u8> {
@@ -193,44 +185,6 @@ pub fn interaction_refusal(method: &str) -> Option<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn classifies_messages() {
-        assert!(matches!(
-            parse_line(br#"{"jsonrpc":"2.0","id":3,"result":{"a":1}}"#),
-            Ok(Incoming::Response {
-                id: Some(3),
-                result: Ok(_)
-            })
-        ));
-        assert!(matches!(
-            parse_line(br#"{"jsonrpc":"2.0","id":3,"error":{"code":-32000,"message":"x"}}"#),
-            Ok(Incoming::Response {
-                result: Err(AcpError::Rpc { code: -32000, .. }),
-                ..
-            })
-        ));
-        assert!(matches!(
-            parse_line(br#"{"jsonrpc":"2.0","id":"a","method":"fs/read_text_file"}"#),
-            Ok(Incoming::Request { .. })
-        ));
-        assert!(matches!(
-            parse_line(br#"{"jsonrpc":"2.0","method":"session/update","params":{}}"#),
-            Ok(Incoming::Notification { .. })
-        ));
-        for bad in [
-            &b"not json"[..],
-            b"[1]",
-            b"{}",
-            br#"{"id":1}"#,
-            br#"{"method":3}"#,
-        ] {
-            assert!(
-                matches!(parse_line(bad), Err(AcpError::Protocol(_))),
-                "{bad:?}"
-            );
-        }
-    }
 
     #[test]
     fn maps_updates_and_tolerates_unknown_ones() {

@@ -174,6 +174,44 @@ mod tests {
     }
 
     #[test]
+    fn classifies_messages_with_or_without_jsonrpc() {
+        for d in [WITH, WITHOUT] {
+            let parse = |l: &[u8]| d.parse_line::<PeerError>(l);
+            assert!(matches!(
+                parse(br#"{"id":3,"result":{"a":1}}"#),
+                Ok(Incoming::Response {
+                    id: Some(3),
+                    result: Ok(_)
+                })
+            ));
+            assert!(matches!(
+                parse(br#"{"jsonrpc":"2.0","id":3,"error":{"code":-32000,"message":"x"}}"#),
+                Ok(Incoming::Response {
+                    result: Err(PeerError::Rpc { code: -32000, .. }),
+                    ..
+                })
+            ));
+            assert!(matches!(
+                parse(br#"{"jsonrpc":"2.0","id":"a","method":"fs/read_text_file"}"#),
+                Ok(Incoming::Request { .. })
+            ));
+            assert!(matches!(
+                parse(br#"{"method":"turn/started","params":{}}"#),
+                Ok(Incoming::Notification { .. })
+            ));
+            for bad in [
+                &b"not json"[..],
+                b"[1]",
+                b"{}",
+                br#"{"id":1}"#,
+                br#"{"method":3}"#,
+            ] {
+                assert!(matches!(parse(bad), Err(PeerError::Protocol(_))), "{bad:?}");
+            }
+        }
+    }
+
+    #[test]
     fn names_the_peer_in_parse_errors() {
         let r: Result<Incoming<PeerError>, PeerError> = WITHOUT.parse_line(b"nope");
         assert!(

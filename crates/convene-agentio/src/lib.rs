@@ -2,12 +2,15 @@
 //! turn: what `convene-acp` and `convene-codex` share.
 //!
 //! The child runs in its own process group ([`process`]); its stdout is read as bounded lines
-//! ([`process::read_line`]) of JSON-RPC in one protocol's [`jsonrpc::Dialect`]; each running
-//! turn hands its [`Update`]s to the consumer through a [`sink::TurnSink`] that never blocks the
-//! reader. Protocol crates keep their methods, message shapes, interaction policy and errors.
+//! ([`process::read_line`]) of JSON-RPC in one protocol's [`jsonrpc::Dialect`]; a
+//! [`peer::Peer`] keeps the request table with its timeouts and fails everything once the
+//! connection dies; each running turn hands its [`Update`]s to the consumer through a
+//! [`sink::TurnSink`] that never blocks the reader. Protocol crates ([`peer::Protocol`]) keep
+//! their methods, message shapes, turn routing, interaction policy and errors.
 
 pub mod error;
 pub mod jsonrpc;
+pub mod peer;
 pub mod process;
 pub mod sink;
 pub mod update;

@@ -1,13 +1,12 @@
-//! JSON-RPC framing (codex's dialect: no `"jsonrpc"` member) and the few app-server v2 shapes
-//! this crate reads and writes.
+//! Codex's JSON-RPC dialect (no `"jsonrpc"` member; one is accepted and ignored on input) and
+//! the few app-server v2 shapes this crate reads and writes; framing and parsing live in
+//! `convene-agentio`.
 //!
-//! Incoming messages are parsed leniently (unknown fields and notifications are kept as
-//! `Other`, a `"jsonrpc"` member is accepted and ignored), but a line that is not a JSON-RPC
-//! message at all is a protocol violation.
+//! Notifications are read leniently: unknown ones are kept as `Other`.
 
 use std::path::Path;
 
-use convene_agentio::jsonrpc::{self, Dialect};
+use convene_agentio::jsonrpc::Dialect;
 use serde_json::{json, Value};
 
 use crate::{CodexError, TurnEnd, Update};
@@ -17,14 +16,6 @@ pub const RPC: Dialect = Dialect {
     jsonrpc_member: false,
     peer: "app-server",
 };
-
-/// One message read from the app-server.
-pub type Incoming = jsonrpc::Incoming<CodexError>;
-
-/// Parses one line. `Err` means the line is not a JSON-RPC message.
-pub fn parse_line(line: &[u8]) -> Result<Incoming, CodexError> {
-    RPC.parse_line(line)
-}
 
 /// Serializes a request line (with the trailing newline).
 pub fn request_line(id: u64, method: &str, params: &Value) -> Vec<u8> {
@@ -315,44 +306,6 @@ pub fn interaction_refusal(method: &str) -> Option<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn classifies_messages_with_or_without_jsonrpc() {
-        assert!(matches!(
-            parse_line(br#"{"id":3,"result":{"a":1}}"#),
-            Ok(Incoming::Response {
-                id: Some(3),
-                result: Ok(_)
-            })
-        ));
-        assert!(matches!(
-            parse_line(br#"{"jsonrpc":"2.0","id":3,"error":{"code":-32000,"message":"x"}}"#),
-            Ok(Incoming::Response {
-                result: Err(CodexError::Rpc { code: -32000, .. }),
-                ..
-            })
-        ));
-        assert!(matches!(
-            parse_line(br#"{"id":0,"method":"item/commandExecution/requestApproval"}"#),
-            Ok(Incoming::Request { .. })
-        ));
-        assert!(matches!(
-            parse_line(br#"{"method":"turn/started","params":{}}"#),
-            Ok(Incoming::Notification { .. })
-        ));
-        for bad in [
-            &b"not json"[..],
-            b"[1]",
-            b"{}",
-            br#"{"id":1}"#,
-            br#"{"method":3}"#,
-        ] {
-            assert!(
-                matches!(parse_line(bad), Err(CodexError::Protocol(_))),
-                "{bad:?}"
-            );
-        }
-    }
 
     #[test]
     fn writes_codex_dialect() {
