@@ -158,7 +158,7 @@ impl AcpAgent {
         }
         let params = json!({"sessionId": session_id, "prompt": [{"type": "text", "text": text}]});
         tracing::debug!(id, session_id, "-> session/prompt");
-        let line = wire::request_line(id, "session/prompt", &params);
+        let line = wire::RPC.request_line(id, "session/prompt", &params);
         if let Err(e) = self.inner.write_bounded(&line, "session/prompt").await {
             let mut st = self.inner.lock();
             st.pending.remove(&id);
@@ -178,7 +178,8 @@ impl AcpAgent {
             return Err(dead);
         }
         tracing::debug!(session_id, "-> session/cancel");
-        let line = wire::notification_line("session/cancel", &json!({"sessionId": session_id}));
+        let line =
+            wire::RPC.notification_line("session/cancel", Some(&json!({"sessionId": session_id})));
         self.inner.write_bounded(&line, "session/cancel").await
     }
 
@@ -282,8 +283,8 @@ fn answer_request(peer: &Arc<Inner>, id: Value, method: String, params: Value) {
     if wire::is_interaction(&method) {
         tracing::debug!(%method, session_id = ?session, "<- interaction request refused");
         lines.push(match wire::interaction_refusal(&method) {
-            Some(result) => wire::result_line(&id, &result),
-            None => wire::error_line(&id, METHOD_NOT_FOUND, "interactions are not supported"),
+            Some(result) => wire::RPC.result_line(&id, &result),
+            None => wire::RPC.error_line(&id, METHOD_NOT_FOUND, "interactions are not supported"),
         });
         if let Some(session) = &session {
             if let Some(sink) = prompt_sink(peer, session) {
@@ -291,14 +292,13 @@ fn answer_request(peer: &Arc<Inner>, id: Value, method: String, params: Value) {
                     method: method.clone(),
                 });
             }
-            lines.push(wire::notification_line(
-                "session/cancel",
-                &json!({"sessionId": session}),
-            ));
+            lines.push(
+                wire::RPC.notification_line("session/cancel", Some(&json!({"sessionId": session}))),
+            );
         }
     } else {
         tracing::debug!(%method, "<- unsupported agent request");
-        lines.push(wire::error_line(&id, METHOD_NOT_FOUND, "method not found"));
+        lines.push(wire::RPC.error_line(&id, METHOD_NOT_FOUND, "method not found"));
     }
     // Written from a task: the reader must keep reading even if the agent is not reading
     // its stdin right now (both pipes full would deadlock). One write keeps the answer and

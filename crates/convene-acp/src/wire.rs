@@ -17,26 +17,6 @@ pub const RPC: Dialect = Dialect {
     peer: "agent",
 };
 
-/// Serializes a request line (with the trailing newline).
-pub fn request_line(id: u64, method: &str, params: &Value) -> Vec<u8> {
-    RPC.request_line(id, method, params)
-}
-
-/// Serializes a notification line.
-pub fn notification_line(method: &str, params: &Value) -> Vec<u8> {
-    RPC.notification_line(method, Some(params))
-}
-
-/// Serializes a successful response to an agent request.
-pub fn result_line(id: &Value, result: &Value) -> Vec<u8> {
-    RPC.result_line(id, result)
-}
-
-/// Serializes an error response to an agent request.
-pub fn error_line(id: &Value, code: i64, message: &str) -> Vec<u8> {
-    RPC.error_line(id, code, message)
-}
-
 /// `initialize` params: no fs, no terminal, nothing the broker cannot honour.
 pub fn initialize_params() -> Value {
     json!({

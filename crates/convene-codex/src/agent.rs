@@ -85,7 +85,10 @@ impl CodexAgent {
             .await?;
         agent
             .inner
-            .write_bounded(&wire::notification_line("initialized", None), "initialized")
+            .write_bounded(
+                &wire::RPC.notification_line("initialized", None),
+                "initialized",
+            )
             .await?;
         tracing::debug!(pid = agent.inner.pid(), "codex app-server initialized");
         Ok(agent)
@@ -423,8 +426,8 @@ fn answer_request(peer: &Arc<Inner>, id: Value, method: String, params: Value) {
     if wire::is_interaction(&method) {
         tracing::debug!(%method, thread_id = ?thread_id, "<- interaction request refused");
         lines.push(match wire::interaction_refusal(&method) {
-            Some(result) => wire::result_line(&id, &result),
-            None => wire::error_line(&id, REFUSED, "interactions are not supported"),
+            Some(result) => wire::RPC.result_line(&id, &result),
+            None => wire::RPC.error_line(&id, REFUSED, "interactions are not supported"),
         });
         let mut turn_id = wire::turn_id(&params).map(str::to_string);
         if let Some(thread_id) = &thread_id {
@@ -447,7 +450,7 @@ fn answer_request(peer: &Arc<Inner>, id: Value, method: String, params: Value) {
                 peer.lock()
                     .pending
                     .insert(rid, Pending::Own(Own::Discard("turn/interrupt")));
-                lines.push(wire::request_line(
+                lines.push(wire::RPC.request_line(
                     rid,
                     "turn/interrupt",
                     &json!({"threadId": thread_id, "turnId": turn_id}),
@@ -456,7 +459,7 @@ fn answer_request(peer: &Arc<Inner>, id: Value, method: String, params: Value) {
         }
     } else {
         tracing::debug!(%method, "<- unsupported server request");
-        lines.push(wire::error_line(&id, METHOD_NOT_FOUND, "method not found"));
+        lines.push(wire::RPC.error_line(&id, METHOD_NOT_FOUND, "method not found"));
     }
     // Written from a task: the reader must keep reading even if the app-server is not
     // reading its stdin right now (both pipes full would deadlock). One write keeps the

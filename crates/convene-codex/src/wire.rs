@@ -17,26 +17,6 @@ pub const RPC: Dialect = Dialect {
     peer: "app-server",
 };
 
-/// Serializes a request line (with the trailing newline).
-pub fn request_line(id: u64, method: &str, params: &Value) -> Vec<u8> {
-    RPC.request_line(id, method, params)
-}
-
-/// Serializes a notification line; `initialized` carries no params on the wire.
-pub fn notification_line(method: &str, params: Option<&Value>) -> Vec<u8> {
-    RPC.notification_line(method, params)
-}
-
-/// Serializes a successful response to a server request.
-pub fn result_line(id: &Value, result: &Value) -> Vec<u8> {
-    RPC.result_line(id, result)
-}
-
-/// Serializes an error response to a server request.
-pub fn error_line(id: &Value, code: i64, message: &str) -> Vec<u8> {
-    RPC.error_line(id, code, message)
-}
-
 /// `initialize` params: who we are; no experimental API, no notification opt-outs.
 pub fn initialize_params() -> Value {
     json!({
@@ -309,7 +289,7 @@ mod tests {
 
     #[test]
     fn writes_codex_dialect() {
-        let l = request_line(7, "thread/start", &thread_start_params(Path::new("/w")));
+        let l = RPC.request_line(7, "thread/start", &thread_start_params(Path::new("/w")));
         let v: Value = serde_json::from_slice(&l).expect("json");
         assert_eq!(
             v,
@@ -317,7 +297,7 @@ mod tests {
                 "approvalPolicy": "never", "sandbox": "danger-full-access", "cwd": "/w"}})
         );
         assert_eq!(
-            notification_line("initialized", None),
+            RPC.notification_line("initialized", None),
             b"{\"method\":\"initialized\"}\n"
         );
     }
