@@ -5,23 +5,22 @@
 //! with sessions, turns and failures. See `docs/acp.md`.
 
 mod agent;
-mod process;
-mod sink;
 mod wire;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 pub use agent::AcpAgent;
+pub use convene_agentio::Update;
 
 /// Longest line accepted from the agent; a longer one is [`AcpError::LineTooLong`].
-pub const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
+pub const MAX_LINE_BYTES: usize = convene_agentio::MAX_LINE_BYTES;
 
 /// Capacity of [`PromptRun::updates`]; see [`AcpAgent::prompt`] for what happens past it.
-pub const UPDATE_CHANNEL_CAPACITY: usize = 1024;
+pub const UPDATE_CHANNEL_CAPACITY: usize = convene_agentio::UPDATE_CHANNEL_CAPACITY;
 
 /// How many bytes of the child's stderr are kept for [`AcpError::Exited`].
-pub const STDERR_TAIL_BYTES: usize = 4096;
+pub const STDERR_TAIL_BYTES: usize = convene_agentio::STDERR_TAIL_BYTES;
 
 /// How to start one agent process.
 #[derive(Debug, Clone)]
@@ -65,45 +64,6 @@ pub struct PromptRun {
     pub updates: tokio::sync::mpsc::Receiver<Update>,
     /// Resolves after every update has been handed to `updates` (or `updates` was dropped).
     pub done: tokio::sync::oneshot::Receiver<Result<StopReason, AcpError>>,
-}
-
-/// One `session/update` of a running prompt, reduced to what the broker uses.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Update {
-    /// `agent_message_chunk` with text content.
-    MessageChunk(String),
-    /// `agent_thought_chunk` with text content.
-    ThoughtChunk(String),
-    /// `tool_call`: a new tool call.
-    ToolCall {
-        /// `toolCallId`.
-        id: String,
-        /// Human-readable title.
-        title: String,
-        /// `kind` (read, edit, execute, ...).
-        kind: Option<String>,
-        /// `status` (pending, in_progress, completed, failed).
-        status: Option<String>,
-    },
-    /// `tool_call_update`: changed fields of an earlier tool call.
-    ToolCallUpdate {
-        /// `toolCallId`.
-        id: String,
-        /// New title, if changed.
-        title: Option<String>,
-        /// New status, if changed.
-        status: Option<String>,
-    },
-    /// The agent asked for permission or user input; it was refused and the session cancelled.
-    UnexpectedInteraction {
-        /// The JSON-RPC method of the agent's request.
-        method: String,
-    },
-    /// Any other update (plan, non-text chunks, mode or command changes, future kinds).
-    Other {
-        /// The `sessionUpdate` discriminator.
-        session_update: String,
-    },
 }
 
 /// Why a prompt turn ended (`stopReason`).
@@ -174,4 +134,19 @@ pub enum AcpError {
     /// The connection was closed by [`AcpAgent::shutdown`] or a failed write.
     #[error("connection to agent closed")]
     Closed,
+}
+
+impl From<convene_agentio::PeerError> for AcpError {
+    fn from(e: convene_agentio::PeerError) -> AcpError {
+        use convene_agentio::PeerError as P;
+        match e {
+            P::Spawn(s) => AcpError::Spawn(s),
+            P::Exited { code, stderr_tail } => AcpError::Exited { code, stderr_tail },
+            P::Protocol(s) => AcpError::Protocol(s),
+            P::Rpc { code, message } => AcpError::Rpc { code, message },
+            P::Timeout(m) => AcpError::Timeout(m),
+            P::LineTooLong => AcpError::LineTooLong,
+            P::Closed => AcpError::Closed,
+        }
+    }
 }

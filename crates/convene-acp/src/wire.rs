@@ -1,8 +1,9 @@
-//! JSON-RPC 2.0 framing and the few ACP shapes this crate reads and writes.
+//! ACP's JSON-RPC dialect (`"jsonrpc": "2.0"` on every message) and the few ACP shapes this
+//! crate reads and writes; framing and parsing live in `convene-agentio`.
 //!
-//! Incoming messages are parsed leniently (unknown fields and unknown update kinds are kept
-//! as `Other`), but a line that is not a JSON-RPC message at all is a protocol violation.
+//! Updates are read leniently: unknown update kinds are kept as `Other`.
 
+use convene_agentio::jsonrpc::Dialect;
 use serde_json::{json, Map, Value};
 
 use crate::{AcpError, AgentInfo, SessionInfo, StopReason, Update};
@@ -10,102 +11,11 @@ use crate::{AcpError, AgentInfo, SessionInfo, StopReason, Update};
 /// The protocol version this client speaks.
 pub const PROTOCOL_VERSION: u64 = 1;
 
-/// One message read from the agent.
-#[derive(Debug)]
-pub enum Incoming {
-    /// Agent→client request: must be answered.
-    Request {
-        id: Value,
-        method: String,
-        params: Value,
-    },
-    /// Agent→client notification.
-    Notification { method: String, params: Value },
-    /// Answer to one of our requests; `id` is `None` when not one of ours (not a u64).
-    Response {
-        id: Option<u64>,
-        result: Result<Value, AcpError>,
-    },
-}
-
-/// Parses one line. `Err` means the line is not a JSON-RPC 2.0 message.
-pub fn parse_line(line: &[u8]) -> Result<Incoming, AcpError> {
-    let value: Value = serde_json::from_slice(line)
-        .map_err(|e| AcpError::Protocol(format!("invalid JSON from agent: {e}")))?;
-    let Value::Object(mut obj) = value else {
-        return Err(AcpError::Protocol(
-            "JSON-RPC message is not an object".into(),
-        ));
-    };
-    let method = match obj.remove("method") {
-        None => None,
-        Some(Value::String(m)) => Some(m),
-        Some(_) => return Err(AcpError::Protocol("JSON-RPC method is not a string".into())),
-    };
-    let id = obj.remove("id");
-    let params = obj.remove("params").unwrap_or(Value::Null);
-    match (method, id) {
-        (Some(method), Some(id)) => Ok(Incoming::Request { id, method, params }),
-        (Some(method), None) => Ok(Incoming::Notification { method, params }),
-        (None, Some(id)) => {
-            let result = if let Some(err) = obj.remove("error") {
-                Err(rpc_error(&err))
-            } else if let Some(result) = obj.remove("result") {
-                Ok(result)
-            } else {
-                return Err(AcpError::Protocol(
-                    "JSON-RPC response has neither result nor error".into(),
-                ));
-            };
-            Ok(Incoming::Response {
-                id: id.as_u64(),
-                result,
-            })
-        }
-        (None, None) => Err(AcpError::Protocol(
-            "JSON-RPC message has neither method nor id".into(),
-        )),
-    }
-}
-
-fn rpc_error(err: &Value) -> AcpError {
-    let code = err.get("code").and_then(Value::as_i64);
-    let message = err.get("message").and_then(Value::as_str);
-    match (code, message) {
-        (Some(code), message) => AcpError::Rpc {
-            code,
-            message: message.unwrap_or_default().to_string(),
-        },
-        _ => AcpError::Protocol(format!("malformed JSON-RPC error object: {err}")),
-    }
-}
-
-/// Serializes a request line (with the trailing newline).
-pub fn request_line(id: u64, method: &str, params: &Value) -> Vec<u8> {
-    line(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
-}
-
-/// Serializes a notification line.
-pub fn notification_line(method: &str, params: &Value) -> Vec<u8> {
-    line(&json!({"jsonrpc": "2.0", "method": method, "params": params}))
-}
-
-/// Serializes a successful response to an agent request.
-pub fn result_line(id: &Value, result: &Value) -> Vec<u8> {
-    line(&json!({"jsonrpc": "2.0", "id": id, "result": result}))
-}
-
-/// Serializes an error response to an agent request.
-pub fn error_line(id: &Value, code: i64, message: &str) -> Vec<u8> {
-    line(&json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}))
-}
-
-fn line(v: &Value) -> Vec<u8> {
-    // Serializing a Value cannot fail (keys are strings); an empty object is a safe fallback.
-    let mut out = serde_json::to_vec(v).unwrap_or_else(|_| b"{}".to_vec());
-    out.push(b'\n');
-    out
-}
+/// ACP's JSON-RPC: `"jsonrpc": "2.0"` on every message.
+pub const RPC: Dialect = Dialect {
+    jsonrpc_member: true,
+    peer: "agent",
+};
 
 /// `initialize` params: no fs, no terminal, nothing the broker cannot honour.
 pub fn initialize_params() -> Value {
@@ -190,7 +100,7 @@ pub fn update(update: &Value) -> Option<Update> {
     let obj = update.as_object()?;
     let kind = obj.get("sessionUpdate").and_then(Value::as_str)?;
     let other = || Update::Other {
-        session_update: kind.to_string(),
+        kind: kind.to_string(),
     };
     let text = |obj: &Map<String, Value>| -> Option<String> {
         let content = obj.get("content")?;
@@ -257,44 +167,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn classifies_messages() {
-        assert!(matches!(
-            parse_line(br#"{"jsonrpc":"2.0","id":3,"result":{"a":1}}"#),
-            Ok(Incoming::Response {
-                id: Some(3),
-                result: Ok(_)
-            })
-        ));
-        assert!(matches!(
-            parse_line(br#"{"jsonrpc":"2.0","id":3,"error":{"code":-32000,"message":"x"}}"#),
-            Ok(Incoming::Response {
-                result: Err(AcpError::Rpc { code: -32000, .. }),
-                ..
-            })
-        ));
-        assert!(matches!(
-            parse_line(br#"{"jsonrpc":"2.0","id":"a","method":"fs/read_text_file"}"#),
-            Ok(Incoming::Request { .. })
-        ));
-        assert!(matches!(
-            parse_line(br#"{"jsonrpc":"2.0","method":"session/update","params":{}}"#),
-            Ok(Incoming::Notification { .. })
-        ));
-        for bad in [
-            &b"not json"[..],
-            b"[1]",
-            b"{}",
-            br#"{"id":1}"#,
-            br#"{"method":3}"#,
-        ] {
-            assert!(
-                matches!(parse_line(bad), Err(AcpError::Protocol(_))),
-                "{bad:?}"
-            );
-        }
-    }
-
-    #[test]
     fn maps_updates_and_tolerates_unknown_ones() {
         let chunk =
             json!({"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"hi"}});
@@ -304,7 +176,7 @@ mod tests {
         assert_eq!(
             update(&image),
             Some(Update::Other {
-                session_update: "agent_message_chunk".into()
+                kind: "agent_message_chunk".into()
             })
         );
         let tool = json!({"sessionUpdate":"tool_call","toolCallId":"c","title":"t","kind":"read","extra":1});
@@ -321,7 +193,7 @@ mod tests {
         assert_eq!(
             update(&future),
             Some(Update::Other {
-                session_update: "usage_update".into()
+                kind: "usage_update".into()
             })
         );
         assert_eq!(update(&json!({"nope": 1})), None);

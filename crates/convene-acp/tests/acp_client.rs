@@ -91,8 +91,7 @@ impl Fixture {
 async fn collect(mut run: PromptRun) -> (Vec<Update>, Result<StopReason, AcpError>) {
     let mut updates = Vec::new();
     while let Some(u) = run.updates.recv().await {
-        if !matches!(&u, Update::Other { session_update } if session_update == "available_commands_update")
-        {
+        if !matches!(&u, Update::Other { kind } if kind == "available_commands_update") {
             updates.push(u);
         }
     }
@@ -682,10 +681,10 @@ serve(on)
         updates,
         [
             Update::Other {
-                session_update: "plan".into()
+                kind: "plan".into()
             },
             Update::Other {
-                session_update: "agent_message_chunk".into()
+                kind: "agent_message_chunk".into()
             },
         ]
     );

@@ -1,28 +1,23 @@
-//! [`CodexAgent`]: one `codex app-server` child, one JSON-RPC connection, request/response
-//! correlation and routing of turn notifications to the running turn of their thread.
+//! [`CodexAgent`]: the app-server protocol over a `convene-agentio` [`Peer`] (which owns the
+//! child, the request table and the dead-connection handling): the methods, and routing of
+//! turn notifications to the running turn of their thread.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, MutexGuard};
 use std::time::Duration;
 
+use convene_agentio::jsonrpc::Dialect;
+use convene_agentio::peer::{ConnState, Peer, Pending, Protocol};
+use convene_agentio::sink;
 use serde_json::{json, Value};
-use tokio::io::{AsyncWriteExt, BufReader};
-use tokio::process::{ChildStdin, ChildStdout};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::oneshot;
 
-use crate::process::{self, Line, StderrTail};
-use crate::sink::TurnSink;
-use crate::wire::{self, Event, Incoming};
-use crate::{CodexConfig, CodexError, TurnRun, Update, MAX_LINE_BYTES};
+use crate::wire::{self, Event};
+use crate::{CodexConfig, CodexError, TurnEnd, TurnRun, Update};
 
-/// After the child is reaped, how long the reader gets to drain stdout before the connection is
-/// declared dead anyway (a grandchild may hold stdout open).
-const REAPED_DRAIN: Duration = Duration::from_secs(2);
-
-/// After stdout EOF, how long to wait for the exit code and the rest of stderr.
-const EOF_EXIT_WAIT: Duration = Duration::from_secs(2);
+/// The reader's side of one running turn.
+type TurnSink = sink::TurnSink<Result<TurnEnd, CodexError>>;
 
 /// JSON-RPC "method not found".
 const METHOD_NOT_FOUND: i64 = -32601;
@@ -36,9 +31,16 @@ pub struct CodexAgent {
     info: Value,
 }
 
-enum Pending {
-    /// A request whose caller waits for the result.
-    Call(oneshot::Sender<Result<Value, CodexError>>),
+/// The app-server protocol over a [`Peer`]: turns run per thread, `turn/completed` ends them.
+struct Codex;
+
+type Inner = Peer<Codex>;
+
+/// Running turn per thread id.
+type Turns = HashMap<String, TurnSlot>;
+
+/// Requests whose answers the protocol handles itself.
+enum Own {
     /// A `turn/start`: its answer names the turn of the thread's slot before any later
     /// notification is routed (the caller may resume only after those).
     TurnStart {
@@ -68,46 +70,10 @@ struct TurnSlot {
     started_waiters: Vec<oneshot::Sender<()>>,
 }
 
-#[derive(Default)]
-struct ConnState {
-    pending: HashMap<u64, Pending>,
-    /// Running turn per thread id.
-    turns: HashMap<String, TurnSlot>,
-    /// Set once the connection is unusable; every later call fails with it.
-    dead: Option<CodexError>,
-}
-
-struct Inner {
-    pid: u32,
-    stdin: tokio::sync::Mutex<Option<ChildStdin>>,
-    next_id: AtomicU64,
-    state: Mutex<ConnState>,
-    request_timeout: Duration,
-    /// `Some(code)` once the child has been reaped.
-    exit: watch::Receiver<Option<Option<i32>>>,
-    reaped: AtomicBool,
-    stderr: StderrTail,
-}
-
 impl CodexAgent {
     /// Starts the app-server, runs `initialize` and sends `initialized`.
     pub async fn spawn(cfg: &CodexConfig) -> Result<CodexAgent, CodexError> {
-        let spawned = process::spawn(cfg)?;
-        tracing::debug!(pid = spawned.pid, command = ?cfg.command, "spawned codex app-server");
-        let (stderr, stderr_closed) = StderrTail::collect(spawned.stderr);
-        let (exit_tx, exit) = watch::channel(None);
-        let inner = Arc::new(Inner {
-            pid: spawned.pid,
-            stdin: tokio::sync::Mutex::new(Some(spawned.stdin)),
-            next_id: AtomicU64::new(0),
-            state: Mutex::new(ConnState::default()),
-            request_timeout: cfg.request_timeout,
-            exit,
-            reaped: AtomicBool::new(false),
-            stderr,
-        });
-        tokio::spawn(wait_child(inner.clone(), spawned.child, exit_tx));
-        tokio::spawn(read_loop(inner.clone(), spawned.stdout, stderr_closed));
+        let inner = Inner::start(&cfg.command, &cfg.cwd, &cfg.env, cfg.request_timeout, 0)?;
         // If initialize fails, dropping the half-built agent kills the process group.
         let mut agent = CodexAgent {
             inner,
@@ -119,9 +85,12 @@ impl CodexAgent {
             .await?;
         agent
             .inner
-            .write_bounded(&wire::notification_line("initialized", None), "initialized")
+            .write_bounded(
+                &wire::RPC.notification_line("initialized", None),
+                "initialized",
+            )
             .await?;
-        tracing::debug!(pid = agent.inner.pid, "codex app-server initialized");
+        tracing::debug!(pid = agent.inner.pid(), "codex app-server initialized");
         Ok(agent)
     }
 
@@ -132,7 +101,7 @@ impl CodexAgent {
 
     /// The child's process id (also its process group id).
     pub fn pid(&self) -> u32 {
-        self.inner.pid
+        self.inner.pid()
     }
 
     /// `thread/start` in `cwd` with approval policy `never` and sandbox `danger-full-access`;
@@ -163,7 +132,7 @@ impl CodexAgent {
     /// timeout. One turn per thread at a time: a second one is [`CodexError::TurnBusy`].
     pub async fn start_turn(&self, thread_id: &str, text: &str) -> Result<TurnRun, CodexError> {
         let (sink, ends) = TurnSink::start();
-        let generation = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let generation = self.inner.next_id();
         {
             let mut st = self.inner.lock();
             let refused = if let Some(dead) = &st.dead {
@@ -205,10 +174,12 @@ impl CodexAgent {
             .request_with(
                 "turn/start",
                 wire::turn_start_params(thread_id, text),
-                |tx| Pending::TurnStart {
-                    tx,
-                    thread_id: owner,
-                    generation,
+                |tx| {
+                    Pending::Own(Own::TurnStart {
+                        tx,
+                        thread_id: owner,
+                        generation,
+                    })
                 },
             )
             .await;
@@ -246,7 +217,7 @@ impl CodexAgent {
             }
         };
         if let Some(started) = not_started {
-            match tokio::time::timeout(self.inner.request_timeout, started).await {
+            match tokio::time::timeout(self.inner.request_timeout(), started).await {
                 Ok(Ok(())) => {}
                 Ok(Err(_)) => return self.inner.dead().map_or(Ok(()), Err),
                 Err(_) => return Err(CodexError::Timeout("turn/interrupt")),
@@ -264,47 +235,18 @@ impl CodexAgent {
     /// Closes the app-server's stdin, waits up to `grace` for it to exit, then kills its
     /// process group. Running turns and requests fail with [`CodexError::Closed`].
     pub async fn shutdown(self, grace: Duration) {
-        let inner = self.inner.clone();
-        drop(inner.stdin.lock().await.take());
-        inner.fail(CodexError::Closed);
-        let mut exit = inner.exit.clone();
-        let exited = tokio::time::timeout(grace, exit.wait_for(Option::is_some))
-            .await
-            .is_ok();
-        tracing::debug!(
-            pid = inner.pid,
-            exited_in_grace = exited,
-            "shutting down codex app-server"
-        );
-        // Also after a clean exit: helpers the app-server left in its group go too.
-        process::kill_group(inner.pid);
-        let _ = tokio::time::timeout(Duration::from_secs(1), exit.wait_for(Option::is_some)).await;
+        self.inner.shutdown(grace).await;
     }
 
     /// False once the process exited or the connection broke (or was shut down).
     pub fn is_alive(&self) -> bool {
-        self.inner.dead().is_none() && !self.inner.reaped.load(Ordering::Acquire)
+        self.inner.is_alive()
     }
 }
 
 impl Drop for CodexAgent {
     fn drop(&mut self) {
-        self.inner.fail(CodexError::Closed);
-        if !self.inner.reaped.load(Ordering::Acquire) {
-            process::kill_group(self.inner.pid);
-        }
-    }
-}
-
-/// Removes a request from `pending` if its caller stops waiting (timeout or dropped future).
-struct PendingGuard<'a> {
-    inner: &'a Inner,
-    id: u64,
-}
-
-impl Drop for PendingGuard<'_> {
-    fn drop(&mut self) {
-        self.inner.lock().pending.remove(&self.id);
+        self.inner.close();
     }
 }
 
@@ -348,29 +290,52 @@ impl Drop for SlotGuard<'_> {
     }
 }
 
-impl Inner {
-    fn lock(&self) -> MutexGuard<'_, ConnState> {
-        // The state stays consistent across a panic (single inserts/removes); keep serving.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
+impl Protocol for Codex {
+    type Error = CodexError;
+    type Turns = Turns;
+    type Pending = Own;
+    const DIALECT: Dialect = wire::RPC;
+    const NAME: &'static str = "codex app-server";
 
-    fn dead(&self) -> Option<CodexError> {
-        self.lock().dead.clone()
-    }
-
-    /// Marks the connection unusable and fails everything waiting on it (first reason wins).
-    fn fail(&self, err: CodexError) {
-        let mut st = self.lock();
-        if st.dead.is_some() {
-            return;
+    fn on_response(
+        _peer: &Arc<Inner>,
+        mut st: MutexGuard<'_, ConnState<Codex>>,
+        id: u64,
+        own: Own,
+        result: Result<Value, CodexError>,
+    ) {
+        match own {
+            Own::TurnStart {
+                tx,
+                thread_id,
+                generation,
+            } => {
+                let turn_id = result.as_ref().ok().and_then(|v| wire::turn_id_of(v).ok());
+                if let (Some(slot), Some(turn_id)) = (st.turns.get_mut(&thread_id), turn_id) {
+                    if slot.generation == generation && slot.turn_id.is_none() {
+                        slot.turn_id = Some(turn_id);
+                    }
+                }
+                drop(st);
+                let _ = tx.send(result);
+            }
+            Own::Discard(method) => {
+                tracing::debug!(id, method, ok = result.is_ok(), "<- unawaited answer");
+            }
         }
-        tracing::debug!(pid = self.pid, error = %err, "codex connection failed");
-        st.dead = Some(err.clone());
-        let pending = std::mem::take(&mut st.pending);
-        let turns = std::mem::take(&mut st.turns);
-        drop(st);
-        for p in pending.into_values() {
-            if let Pending::Call(tx) | Pending::TurnStart { tx, .. } = p {
+    }
+
+    fn on_notification(peer: &Arc<Inner>, method: String, params: Value) {
+        notification(peer, &method, &params);
+    }
+
+    fn on_request(peer: &Arc<Inner>, id: Value, method: String, params: Value) {
+        answer_request(peer, id, method, params);
+    }
+
+    fn on_fail(turns: Turns, pending: Vec<Own>, err: &CodexError) {
+        for p in pending {
+            if let Own::TurnStart { tx, .. } = p {
                 let _ = tx.send(Err(err.clone()));
             }
         }
@@ -378,239 +343,133 @@ impl Inner {
             slot.sink.finish(Err(err.clone()));
         }
     }
+}
 
-    /// Writes one line under `request_timeout`. A write that cannot finish in time means the
-    /// app-server stopped reading stdin, and a half-written line corrupts the stream: the
-    /// connection is failed and the process group killed.
-    async fn write_bounded(&self, line: &[u8], method: &'static str) -> Result<(), CodexError> {
-        match tokio::time::timeout(self.request_timeout, self.write(line)).await {
-            Ok(r) => r,
-            Err(_) => {
-                self.fail(CodexError::Timeout(method));
-                process::kill_group(self.pid);
-                Err(CodexError::Timeout(method))
-            }
-        }
-    }
-
-    async fn write(&self, line: &[u8]) -> Result<(), CodexError> {
-        let mut stdin = self.stdin.lock().await;
-        let Some(w) = stdin.as_mut() else {
-            return Err(self.dead().unwrap_or(CodexError::Closed));
-        };
-        let res = async {
-            w.write_all(line).await?;
-            w.flush().await
-        }
-        .await;
-        res.map_err(|e| {
-            tracing::debug!(pid = self.pid, error = %e, "write to codex app-server failed");
-            self.dead().unwrap_or(CodexError::Closed)
-        })
-    }
-
-    /// One request with `request_timeout` covering write and answer.
-    async fn request(&self, method: &'static str, params: Value) -> Result<Value, CodexError> {
-        self.request_with(method, params, Pending::Call).await
-    }
-
-    /// [`Inner::request`] with the pending entry built by `pending`.
-    async fn request_with(
-        &self,
-        method: &'static str,
-        params: Value,
-        pending: impl FnOnce(oneshot::Sender<Result<Value, CodexError>>) -> Pending,
-    ) -> Result<Value, CodexError> {
-        let (tx, rx) = oneshot::channel();
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        {
-            let mut st = self.lock();
-            if let Some(dead) = &st.dead {
-                return Err(dead.clone());
-            }
-            st.pending.insert(id, pending(tx));
-        }
-        let _guard = PendingGuard { inner: self, id };
-        tracing::debug!(id, method, "-> request");
-        let started = tokio::time::Instant::now();
-        self.write_bounded(&wire::request_line(id, method, &params), method)
-            .await?;
-        let left = self.request_timeout.saturating_sub(started.elapsed());
-        match tokio::time::timeout(left, rx).await {
-            Ok(Ok(result)) => result,
-            Ok(Err(_)) => Err(self.dead().unwrap_or(CodexError::Closed)),
-            Err(_) => Err(CodexError::Timeout(method)),
-        }
-    }
-
-    /// Routes one parsed message (runs on the reader task; never waits for a consumer).
-    fn dispatch(self: &Arc<Self>, msg: Incoming) {
-        match msg {
-            Incoming::Response {
-                id: Some(id),
-                result,
-            } => {
-                let mut st = self.lock();
-                match st.pending.remove(&id) {
-                    Some(Pending::Call(tx)) => {
-                        drop(st);
-                        let _ = tx.send(result);
-                    }
-                    Some(Pending::TurnStart {
-                        tx,
-                        thread_id,
-                        generation,
-                    }) => {
-                        let turn_id = result.as_ref().ok().and_then(|v| wire::turn_id_of(v).ok());
-                        if let (Some(slot), Some(turn_id)) = (st.turns.get_mut(&thread_id), turn_id)
-                        {
-                            if slot.generation == generation && slot.turn_id.is_none() {
-                                slot.turn_id = Some(turn_id);
-                            }
-                        }
-                        drop(st);
-                        let _ = tx.send(result);
-                    }
-                    Some(Pending::Discard(method)) => {
-                        tracing::debug!(id, method, ok = result.is_ok(), "<- unawaited answer");
-                    }
-                    None => tracing::debug!(id, "response to no waiting request (timed out?)"),
-                }
-            }
-            Incoming::Response { id: None, .. } => {
-                tracing::debug!("response with a foreign id ignored");
-            }
-            Incoming::Notification { method, params } => self.notification(&method, &params),
-            Incoming::Request { id, method, params } => self.answer_request(id, method, params),
-        }
-    }
-
-    /// Turn notifications go to the running turn of their `threadId`; the rest is dropped.
-    fn notification(&self, method: &str, params: &Value) {
-        let Some(thread_id) = wire::thread_id(params) else {
-            tracing::debug!(method, "notification without threadId ignored");
+/// Turn notifications go to the running turn of their `threadId`; the rest is dropped.
+fn notification(peer: &Inner, method: &str, params: &Value) {
+    let Some(thread_id) = wire::thread_id(params) else {
+        tracing::debug!(method, "notification without threadId ignored");
+        return;
+    };
+    let mut st = peer.lock();
+    let Some(slot) = st.turns.get_mut(thread_id) else {
+        tracing::debug!(method, thread_id, "notification outside a turn dropped");
+        return;
+    };
+    if let (Some(ours), Some(theirs)) = (&slot.turn_id, wire::turn_id(params)) {
+        if ours != theirs {
+            tracing::debug!(
+                method,
+                thread_id,
+                turn_id = theirs,
+                "notification of another turn dropped"
+            );
             return;
-        };
-        let mut st = self.lock();
-        let Some(slot) = st.turns.get_mut(thread_id) else {
-            tracing::debug!(method, thread_id, "notification outside a turn dropped");
-            return;
-        };
-        if let (Some(ours), Some(theirs)) = (&slot.turn_id, wire::turn_id(params)) {
-            if ours != theirs {
-                tracing::debug!(
-                    method,
-                    thread_id,
-                    turn_id = theirs,
-                    "notification of another turn dropped"
-                );
-                return;
-            }
-        }
-        if !slot.started && wire::turn_id(params).is_some() {
-            slot.started = true;
-            for waiter in slot.started_waiters.drain(..) {
-                let _ = waiter.send(());
-            }
-        }
-        let sink = slot.sink.clone();
-        let mut out = Vec::new();
-        match wire::event(method, params) {
-            Event::Update(u) => out.push(u),
-            Event::MessageDelta { item_id, delta } => {
-                message_text(slot, item_id, delta, &mut out);
-            }
-            Event::MessageDone { item_id, text } => {
-                // Text that was not streamed (no deltas) still reaches the consumer.
-                if !slot.message_items.contains(&item_id) && !text.is_empty() {
-                    message_text(slot, item_id, text, &mut out);
-                }
-                out.push(Update::Other {
-                    kind: "item/completed:agentMessage".into(),
-                });
-            }
-            Event::Error {
-                message,
-                will_retry,
-            } => {
-                // A final error beats the "Reconnecting... n/5" ones of a retrying stream.
-                if !will_retry || slot.last_error.is_none() {
-                    slot.last_error = Some(message);
-                }
-                out.push(Update::Other {
-                    kind: "error".into(),
-                });
-            }
-            Event::TurnCompleted { status, error } => {
-                let last_error = slot.last_error.take();
-                st.turns.remove(thread_id);
-                drop(st);
-                let outcome = wire::turn_end(status.as_deref(), error, last_error);
-                tracing::debug!(thread_id, outcome = ?outcome, "<- turn completed");
-                sink.finish(outcome);
-                return;
-            }
-        }
-        drop(st);
-        for u in out {
-            sink.push(u);
         }
     }
-
-    /// Server→client requests: interactions are refused and their turn interrupted (GroupX
-    /// §9); everything else (dynamic tool calls, auth refresh, ...) is "method not found",
-    /// since this client registered none of it.
-    fn answer_request(self: &Arc<Self>, id: Value, method: String, params: Value) {
-        let thread_id = wire::thread_id(&params).map(str::to_string);
-        let mut lines = Vec::new();
-        if wire::is_interaction(&method) {
-            tracing::debug!(%method, thread_id = ?thread_id, "<- interaction request refused");
-            lines.push(match wire::interaction_refusal(&method) {
-                Some(result) => wire::result_line(&id, &result),
-                None => wire::error_line(&id, REFUSED, "interactions are not supported"),
+    if !slot.started && wire::turn_id(params).is_some() {
+        slot.started = true;
+        for waiter in slot.started_waiters.drain(..) {
+            let _ = waiter.send(());
+        }
+    }
+    let sink = slot.sink.clone();
+    let mut out = Vec::new();
+    match wire::event(method, params) {
+        Event::Update(u) => out.push(u),
+        Event::MessageDelta { item_id, delta } => {
+            message_text(slot, item_id, delta, &mut out);
+        }
+        Event::MessageDone { item_id, text } => {
+            // Text that was not streamed (no deltas) still reaches the consumer.
+            if !slot.message_items.contains(&item_id) && !text.is_empty() {
+                message_text(slot, item_id, text, &mut out);
+            }
+            out.push(Update::Other {
+                kind: "item/completed:agentMessage".into(),
             });
-            let mut turn_id = wire::turn_id(&params).map(str::to_string);
-            if let Some(thread_id) = &thread_id {
-                let sink = {
-                    let st = self.lock();
-                    st.turns.get(thread_id).map(|slot| {
-                        if turn_id.is_none() {
-                            turn_id.clone_from(&slot.turn_id);
-                        }
-                        slot.sink.clone()
-                    })
-                };
-                if let Some(sink) = sink {
-                    sink.push(Update::UnexpectedInteraction {
-                        method: method.clone(),
-                    });
-                }
-                if let Some(turn_id) = &turn_id {
-                    let rid = self.next_id.fetch_add(1, Ordering::Relaxed);
-                    self.lock()
-                        .pending
-                        .insert(rid, Pending::Discard("turn/interrupt"));
-                    lines.push(wire::request_line(
-                        rid,
-                        "turn/interrupt",
-                        &json!({"threadId": thread_id, "turnId": turn_id}),
-                    ));
-                }
-            }
-        } else {
-            tracing::debug!(%method, "<- unsupported server request");
-            lines.push(wire::error_line(&id, METHOD_NOT_FOUND, "method not found"));
         }
-        // Written from a task: the reader must keep reading even if the app-server is not
-        // reading its stdin right now (both pipes full would deadlock). One write keeps the
-        // answer and the interrupt adjacent and in order.
-        let inner = self.clone();
-        tokio::spawn(async move {
-            let _ = inner
-                .write_bounded(&lines.concat(), "server request answer")
-                .await;
-        });
+        Event::Error {
+            message,
+            will_retry,
+        } => {
+            // A final error beats the "Reconnecting... n/5" ones of a retrying stream.
+            if !will_retry || slot.last_error.is_none() {
+                slot.last_error = Some(message);
+            }
+            out.push(Update::Other {
+                kind: "error".into(),
+            });
+        }
+        Event::TurnCompleted { status, error } => {
+            let last_error = slot.last_error.take();
+            st.turns.remove(thread_id);
+            drop(st);
+            let outcome = wire::turn_end(status.as_deref(), error, last_error);
+            tracing::debug!(thread_id, outcome = ?outcome, "<- turn completed");
+            sink.finish(outcome);
+            return;
+        }
     }
+    drop(st);
+    for u in out {
+        sink.push(u);
+    }
+}
+
+/// Server→client requests: interactions are refused and their turn interrupted (GroupX §9);
+/// everything else (dynamic tool calls, auth refresh, ...) is "method not found", since this
+/// client registered none of it.
+fn answer_request(peer: &Arc<Inner>, id: Value, method: String, params: Value) {
+    let thread_id = wire::thread_id(&params).map(str::to_string);
+    let mut lines = Vec::new();
+    if wire::is_interaction(&method) {
+        tracing::debug!(%method, thread_id = ?thread_id, "<- interaction request refused");
+        lines.push(match wire::interaction_refusal(&method) {
+            Some(result) => wire::RPC.result_line(&id, &result),
+            None => wire::RPC.error_line(&id, REFUSED, "interactions are not supported"),
+        });
+        let mut turn_id = wire::turn_id(&params).map(str::to_string);
+        if let Some(thread_id) = &thread_id {
+            let sink = {
+                let st = peer.lock();
+                st.turns.get(thread_id).map(|slot| {
+                    if turn_id.is_none() {
+                        turn_id.clone_from(&slot.turn_id);
+                    }
+                    slot.sink.clone()
+                })
+            };
+            if let Some(sink) = sink {
+                sink.push(Update::UnexpectedInteraction {
+                    method: method.clone(),
+                });
+            }
+            if let Some(turn_id) = &turn_id {
+                let rid = peer.next_id();
+                peer.lock()
+                    .pending
+                    .insert(rid, Pending::Own(Own::Discard("turn/interrupt")));
+                lines.push(wire::RPC.request_line(
+                    rid,
+                    "turn/interrupt",
+                    &json!({"threadId": thread_id, "turnId": turn_id}),
+                ));
+            }
+        }
+    } else {
+        tracing::debug!(%method, "<- unsupported server request");
+        lines.push(wire::RPC.error_line(&id, METHOD_NOT_FOUND, "method not found"));
+    }
+    // Written from a task: the reader must keep reading even if the app-server is not
+    // reading its stdin right now (both pipes full would deadlock). One write keeps the
+    // answer and the interrupt adjacent and in order.
+    let inner = peer.clone();
+    tokio::spawn(async move {
+        let _ = inner
+            .write_bounded(&lines.concat(), "server request answer")
+            .await;
+    });
 }
 
 /// Pushes agent message text, with a blank line between two messages of one turn.
@@ -622,89 +481,4 @@ fn message_text(slot: &mut TurnSlot, item_id: String, text: String, out: &mut Ve
         slot.message_items.insert(item_id);
     }
     out.push(Update::MessageChunk(text));
-}
-
-/// Owns the child: reaps it, publishes the exit code, and fails the connection if stdout
-/// stays open after the exit (a leftover grandchild holding the pipe).
-async fn wait_child(
-    inner: Arc<Inner>,
-    mut child: tokio::process::Child,
-    exit_tx: watch::Sender<Option<Option<i32>>>,
-) {
-    let code = match child.wait().await {
-        Ok(status) => status.code(),
-        Err(e) => {
-            tracing::debug!(error = %e, "waiting for codex app-server failed");
-            None
-        }
-    };
-    inner.reaped.store(true, Ordering::Release);
-    let _ = exit_tx.send(Some(code));
-    tracing::debug!(pid = inner.pid, ?code, "codex app-server exited");
-    tokio::time::sleep(REAPED_DRAIN).await;
-    if inner.dead().is_none() {
-        inner.fail(CodexError::Exited {
-            code,
-            stderr_tail: inner.stderr.text(),
-        });
-        process::kill_group(inner.pid);
-    }
-}
-
-/// Reads stdout line by line until EOF or a wire error, then fails the connection.
-async fn read_loop(
-    inner: Arc<Inner>,
-    stdout: ChildStdout,
-    mut stderr_closed: watch::Receiver<bool>,
-) {
-    let mut reader = BufReader::with_capacity(64 * 1024, stdout);
-    let mut buf = Vec::new();
-    loop {
-        match process::read_line(&mut reader, &mut buf, MAX_LINE_BYTES).await {
-            Ok(Line::Data(line)) => {
-                if line.iter().all(u8::is_ascii_whitespace) {
-                    continue;
-                }
-                match wire::parse_line(&line) {
-                    Ok(msg) => inner.dispatch(msg),
-                    Err(e) => {
-                        tracing::debug!(pid = inner.pid, error = %e, "codex broke the wire format");
-                        inner.fail(e);
-                        process::kill_group(inner.pid);
-                        return;
-                    }
-                }
-            }
-            Ok(Line::TooLong) => {
-                inner.fail(CodexError::LineTooLong);
-                process::kill_group(inner.pid);
-                return;
-            }
-            Ok(Line::Eof) => break,
-            Err(e) => {
-                tracing::debug!(pid = inner.pid, error = %e, "reading codex stdout failed");
-                break;
-            }
-        }
-    }
-    // stdout closed: report the exit code and stderr, when they come in time.
-    let mut exit = inner.exit.clone();
-    let waited = tokio::time::timeout(EOF_EXIT_WAIT, async {
-        let code = exit
-            .wait_for(Option::is_some)
-            .await
-            .ok()
-            .and_then(|c| (*c).flatten());
-        let _ = stderr_closed.wait_for(|closed| *closed).await;
-        code
-    })
-    .await;
-    let code = waited.unwrap_or(None);
-    inner.fail(CodexError::Exited {
-        code,
-        stderr_tail: inner.stderr.text(),
-    });
-    if !inner.reaped.load(Ordering::Acquire) {
-        process::kill_group(inner.pid);
-    }
 }

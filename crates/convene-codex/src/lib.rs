@@ -6,23 +6,22 @@
 //! with threads, turns and failures. See `docs/codex.md`.
 
 mod agent;
-mod process;
-mod sink;
 mod wire;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 pub use agent::CodexAgent;
+pub use convene_agentio::Update;
 
 /// Longest line accepted from the app-server; a longer one is [`CodexError::LineTooLong`].
-pub const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
+pub const MAX_LINE_BYTES: usize = convene_agentio::MAX_LINE_BYTES;
 
 /// Capacity of [`TurnRun::updates`]; see [`CodexAgent::start_turn`] for what happens past it.
-pub const UPDATE_CHANNEL_CAPACITY: usize = 1024;
+pub const UPDATE_CHANNEL_CAPACITY: usize = convene_agentio::UPDATE_CHANNEL_CAPACITY;
 
 /// How many bytes of the child's stderr are kept for [`CodexError::Exited`].
-pub const STDERR_TAIL_BYTES: usize = 4096;
+pub const STDERR_TAIL_BYTES: usize = convene_agentio::STDERR_TAIL_BYTES;
 
 /// How to start one app-server process.
 #[derive(Debug, Clone)]
@@ -46,46 +45,6 @@ pub struct TurnRun {
     pub updates: tokio::sync::mpsc::Receiver<Update>,
     /// Resolves after every update has been handed to `updates` (or `updates` was dropped).
     pub done: tokio::sync::oneshot::Receiver<Result<TurnEnd, CodexError>>,
-}
-
-/// One notification of a running turn, reduced to what the broker uses.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Update {
-    /// `item/agentMessage/delta` text (and `"\n\n"` between two agent messages of one turn).
-    MessageChunk(String),
-    /// `item/reasoning/summaryTextDelta` or `item/reasoning/textDelta` text.
-    ThoughtChunk(String),
-    /// `item/started` of a tool-like item (command, file change, MCP / dynamic tool call, ...).
-    ToolCall {
-        /// The item id.
-        id: String,
-        /// Human-readable title (the command, the changed paths, `server/tool`, ...).
-        title: String,
-        /// The item type (`commandExecution`, `fileChange`, `mcpToolCall`, ...).
-        kind: Option<String>,
-        /// The item status (`inProgress`, ...).
-        status: Option<String>,
-    },
-    /// `item/completed` of a tool-like item.
-    ToolCallUpdate {
-        /// The item id.
-        id: String,
-        /// New title, if changed.
-        title: Option<String>,
-        /// Final status (`completed`, `failed`, `declined`).
-        status: Option<String>,
-    },
-    /// The app-server asked for approval or user input; it was refused and the turn interrupted.
-    UnexpectedInteraction {
-        /// The JSON-RPC method of the app-server's request.
-        method: String,
-    },
-    /// Any other notification of the turn (`turn/started`, plan, diff, non-tool items, `error`,
-    /// future kinds).
-    Other {
-        /// The notification method, with `:<item type>` for `item/started` / `item/completed`.
-        kind: String,
-    },
 }
 
 /// How a turn ended (`turn/completed` `turn.status`).
@@ -136,4 +95,19 @@ pub enum CodexError {
     /// The thread already has a turn running (one turn per thread at a time).
     #[error("thread {0} already has a turn running")]
     TurnBusy(String),
+}
+
+impl From<convene_agentio::PeerError> for CodexError {
+    fn from(e: convene_agentio::PeerError) -> CodexError {
+        use convene_agentio::PeerError as P;
+        match e {
+            P::Spawn(s) => CodexError::Spawn(s),
+            P::Exited { code, stderr_tail } => CodexError::Exited { code, stderr_tail },
+            P::Protocol(s) => CodexError::Protocol(s),
+            P::Rpc { code, message } => CodexError::Rpc { code, message },
+            P::Timeout(m) => CodexError::Timeout(m),
+            P::LineTooLong => CodexError::LineTooLong,
+            P::Closed => CodexError::Closed,
+        }
+    }
 }

@@ -1,119 +1,21 @@
-//! JSON-RPC framing (codex's dialect: no `"jsonrpc"` member) and the few app-server v2 shapes
-//! this crate reads and writes.
+//! Codex's JSON-RPC dialect (no `"jsonrpc"` member; one is accepted and ignored on input) and
+//! the few app-server v2 shapes this crate reads and writes; framing and parsing live in
+//! `convene-agentio`.
 //!
-//! Incoming messages are parsed leniently (unknown fields and notifications are kept as
-//! `Other`, a `"jsonrpc"` member is accepted and ignored), but a line that is not a JSON-RPC
-//! message at all is a protocol violation.
+//! Notifications are read leniently: unknown ones are kept as `Other`.
 
 use std::path::Path;
 
+use convene_agentio::jsonrpc::Dialect;
 use serde_json::{json, Value};
 
 use crate::{CodexError, TurnEnd, Update};
 
-/// One message read from the app-server.
-#[derive(Debug)]
-pub enum Incoming {
-    /// Server→client request: must be answered.
-    Request {
-        id: Value,
-        method: String,
-        params: Value,
-    },
-    /// Server→client notification.
-    Notification { method: String, params: Value },
-    /// Answer to one of our requests; `id` is `None` when not one of ours (not a u64).
-    Response {
-        id: Option<u64>,
-        result: Result<Value, CodexError>,
-    },
-}
-
-/// Parses one line. `Err` means the line is not a JSON-RPC message.
-pub fn parse_line(line: &[u8]) -> Result<Incoming, CodexError> {
-    let value: Value = serde_json::from_slice(line)
-        .map_err(|e| CodexError::Protocol(format!("invalid JSON from app-server: {e}")))?;
-    let Value::Object(mut obj) = value else {
-        return Err(CodexError::Protocol(
-            "JSON-RPC message is not an object".into(),
-        ));
-    };
-    let method = match obj.remove("method") {
-        None => None,
-        Some(Value::String(m)) => Some(m),
-        Some(_) => {
-            return Err(CodexError::Protocol(
-                "JSON-RPC method is not a string".into(),
-            ))
-        }
-    };
-    let id = obj.remove("id");
-    let params = obj.remove("params").unwrap_or(Value::Null);
-    match (method, id) {
-        (Some(method), Some(id)) => Ok(Incoming::Request { id, method, params }),
-        (Some(method), None) => Ok(Incoming::Notification { method, params }),
-        (None, Some(id)) => {
-            let result = if let Some(err) = obj.remove("error") {
-                Err(rpc_error(&err))
-            } else if let Some(result) = obj.remove("result") {
-                Ok(result)
-            } else {
-                return Err(CodexError::Protocol(
-                    "JSON-RPC response has neither result nor error".into(),
-                ));
-            };
-            Ok(Incoming::Response {
-                id: id.as_u64(),
-                result,
-            })
-        }
-        (None, None) => Err(CodexError::Protocol(
-            "JSON-RPC message has neither method nor id".into(),
-        )),
-    }
-}
-
-fn rpc_error(err: &Value) -> CodexError {
-    let code = err.get("code").and_then(Value::as_i64);
-    let message = err.get("message").and_then(Value::as_str);
-    match (code, message) {
-        (Some(code), message) => CodexError::Rpc {
-            code,
-            message: message.unwrap_or_default().to_string(),
-        },
-        _ => CodexError::Protocol(format!("malformed JSON-RPC error object: {err}")),
-    }
-}
-
-/// Serializes a request line (with the trailing newline).
-pub fn request_line(id: u64, method: &str, params: &Value) -> Vec<u8> {
-    line(&json!({"id": id, "method": method, "params": params}))
-}
-
-/// Serializes a notification line; `initialized` carries no params on the wire.
-pub fn notification_line(method: &str, params: Option<&Value>) -> Vec<u8> {
-    match params {
-        Some(params) => line(&json!({"method": method, "params": params})),
-        None => line(&json!({"method": method})),
-    }
-}
-
-/// Serializes a successful response to a server request.
-pub fn result_line(id: &Value, result: &Value) -> Vec<u8> {
-    line(&json!({"id": id, "result": result}))
-}
-
-/// Serializes an error response to a server request.
-pub fn error_line(id: &Value, code: i64, message: &str) -> Vec<u8> {
-    line(&json!({"id": id, "error": {"code": code, "message": message}}))
-}
-
-fn line(v: &Value) -> Vec<u8> {
-    // Serializing a Value cannot fail (keys are strings); an empty object is a safe fallback.
-    let mut out = serde_json::to_vec(v).unwrap_or_else(|_| b"{}".to_vec());
-    out.push(b'\n');
-    out
-}
+/// Codex's JSON-RPC: no `"jsonrpc"` member.
+pub const RPC: Dialect = Dialect {
+    jsonrpc_member: false,
+    peer: "app-server",
+};
 
 /// `initialize` params: who we are; no experimental API, no notification opt-outs.
 pub fn initialize_params() -> Value {
@@ -386,46 +288,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn classifies_messages_with_or_without_jsonrpc() {
-        assert!(matches!(
-            parse_line(br#"{"id":3,"result":{"a":1}}"#),
-            Ok(Incoming::Response {
-                id: Some(3),
-                result: Ok(_)
-            })
-        ));
-        assert!(matches!(
-            parse_line(br#"{"jsonrpc":"2.0","id":3,"error":{"code":-32000,"message":"x"}}"#),
-            Ok(Incoming::Response {
-                result: Err(CodexError::Rpc { code: -32000, .. }),
-                ..
-            })
-        ));
-        assert!(matches!(
-            parse_line(br#"{"id":0,"method":"item/commandExecution/requestApproval"}"#),
-            Ok(Incoming::Request { .. })
-        ));
-        assert!(matches!(
-            parse_line(br#"{"method":"turn/started","params":{}}"#),
-            Ok(Incoming::Notification { .. })
-        ));
-        for bad in [
-            &b"not json"[..],
-            b"[1]",
-            b"{}",
-            br#"{"id":1}"#,
-            br#"{"method":3}"#,
-        ] {
-            assert!(
-                matches!(parse_line(bad), Err(CodexError::Protocol(_))),
-                "{bad:?}"
-            );
-        }
-    }
-
-    #[test]
     fn writes_codex_dialect() {
-        let l = request_line(7, "thread/start", &thread_start_params(Path::new("/w")));
+        let l = RPC.request_line(7, "thread/start", &thread_start_params(Path::new("/w")));
         let v: Value = serde_json::from_slice(&l).expect("json");
         assert_eq!(
             v,
@@ -433,7 +297,7 @@ mod tests {
                 "approvalPolicy": "never", "sandbox": "danger-full-access", "cwd": "/w"}})
         );
         assert_eq!(
-            notification_line("initialized", None),
+            RPC.notification_line("initialized", None),
             b"{\"method\":\"initialized\"}\n"
         );
     }

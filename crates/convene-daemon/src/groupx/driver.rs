@@ -1,14 +1,15 @@
 //! One interface over the native drivers a lane can run (§3.3: structured sessions only):
-//! ACP (`convene-acp`) and the Codex app-server (`convene-codex`). A Codex turn's updates and
-//! outcome are mapped onto the ACP shapes the lane consumes, so the turn logic is written once.
+//! ACP (`convene-acp`) and the Codex app-server (`convene-codex`). Both stream the same
+//! `Update` (from `convene-agentio`); a Codex turn's outcome is mapped onto the ACP shapes the
+//! lane consumes, so the turn logic is written once.
 
 use std::path::Path;
 use std::time::Duration;
 
-use convene_acp::{AcpAgent, AcpConfig, AcpError, PromptRun, StopReason, Update};
+use convene_acp::{AcpAgent, AcpConfig, AcpError, PromptRun, StopReason};
 use convene_codex::{CodexAgent, CodexConfig, CodexError, TurnEnd};
 use serde_json::Value;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 use super::config::AgentConfig;
 
@@ -52,30 +53,6 @@ fn codex_err(e: CodexError) -> AcpError {
         CodexError::LineTooLong => AcpError::LineTooLong,
         CodexError::Closed => AcpError::Closed,
         CodexError::TurnBusy(s) => AcpError::SessionBusy(s),
-    }
-}
-
-fn codex_update(u: convene_codex::Update) -> Update {
-    use convene_codex::Update as C;
-    match u {
-        C::MessageChunk(t) => Update::MessageChunk(t),
-        C::ThoughtChunk(t) => Update::ThoughtChunk(t),
-        C::ToolCall {
-            id,
-            title,
-            kind,
-            status,
-        } => Update::ToolCall {
-            id,
-            title,
-            kind,
-            status,
-        },
-        C::ToolCallUpdate { id, title, status } => Update::ToolCallUpdate { id, title, status },
-        C::UnexpectedInteraction { method } => Update::UnexpectedInteraction { method },
-        C::Other { kind } => Update::Other {
-            session_update: kind,
-        },
     }
 }
 
@@ -184,16 +161,10 @@ impl Native {
             } => {
                 let run = agent.start_turn(thread, text).await.map_err(codex_err)?;
                 *turn.lock() = Some(run.turn_id.clone());
-                let (tx, rx) = mpsc::channel(convene_acp::UPDATE_CHANNEL_CAPACITY);
+                // Updates are one type in both crates (convene-agentio); only the outcome maps.
                 let (done_tx, done_rx) = oneshot::channel();
-                let (mut updates, done) = (run.updates, run.done);
+                let done = run.done;
                 tokio::spawn(async move {
-                    while let Some(u) = updates.recv().await {
-                        if tx.send(codex_update(u)).await.is_err() {
-                            break;
-                        }
-                    }
-                    drop(tx);
                     let end = match done.await {
                         Ok(Ok(TurnEnd::Completed)) => Ok(StopReason::EndTurn),
                         Ok(Ok(TurnEnd::Interrupted)) => Ok(StopReason::Cancelled),
@@ -207,7 +178,7 @@ impl Native {
                     let _ = done_tx.send(end);
                 });
                 Ok(PromptRun {
-                    updates: rx,
+                    updates: run.updates,
                     done: done_rx,
                 })
             }

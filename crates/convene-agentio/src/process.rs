@@ -1,6 +1,7 @@
-//! The agent child process: spawning it in its own process group, keeping the tail of its
+//! The child process: spawning it in its own process group, keeping the tail of its
 //! stderr, reading bounded lines from its stdout, and killing the whole group.
 
+use std::path::Path;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 
@@ -8,43 +9,52 @@ use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncReadExt};
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 use tokio::sync::watch;
 
-use crate::{AcpConfig, AcpError, STDERR_TAIL_BYTES};
+use crate::{PeerError, STDERR_TAIL_BYTES};
 
 /// A started child with its pipes taken apart.
 pub struct Spawned {
+    /// The child, for reaping it (killed when dropped).
     pub child: Child,
+    /// Its process id, which is also its process group id.
     pub pid: u32,
+    /// Its stdin.
     pub stdin: ChildStdin,
+    /// Its stdout.
     pub stdout: ChildStdout,
+    /// Its stderr.
     pub stderr: ChildStderr,
 }
 
-/// Starts the agent in a new process group with piped stdio.
-pub fn spawn(cfg: &AcpConfig) -> Result<Spawned, AcpError> {
-    let (program, args) = cfg
-        .command
+/// Starts `command` (program and arguments) in `cwd`, with `env` added to the inherited
+/// environment, in a new process group with piped stdio.
+pub fn spawn(
+    command: &[String],
+    cwd: &Path,
+    env: &[(String, String)],
+) -> Result<Spawned, PeerError> {
+    let (program, args) = command
         .split_first()
-        .ok_or_else(|| AcpError::Spawn("empty command".into()))?;
+        .ok_or_else(|| PeerError::Spawn("empty command".into()))?;
     let mut cmd = Command::new(program);
     cmd.args(args)
-        .current_dir(&cfg.cwd)
-        .envs(cfg.env.iter().map(|(k, v)| (k, v)))
+        .current_dir(cwd)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        // Own process group: shutdown can kill the agent and every helper it started.
+        // Own process group: shutdown can kill the child and every helper it started.
         .process_group(0)
         .kill_on_drop(true);
     let mut child = cmd
         .spawn()
-        .map_err(|e| AcpError::Spawn(format!("{program}: {e}")))?;
+        .map_err(|e| PeerError::Spawn(format!("{program}: {e}")))?;
     let pid = child
         .id()
-        .ok_or_else(|| AcpError::Spawn("child exited before it could be tracked".into()))?;
+        .ok_or_else(|| PeerError::Spawn("child exited before it could be tracked".into()))?;
     let (Some(stdin), Some(stdout), Some(stderr)) =
         (child.stdin.take(), child.stdout.take(), child.stderr.take())
     else {
-        return Err(AcpError::Spawn("child stdio not piped".into()));
+        return Err(PeerError::Spawn("child stdio not piped".into()));
     };
     Ok(Spawned {
         child,
@@ -65,7 +75,7 @@ pub fn kill_group(pgid: u32) {
     }
     // SAFETY: killpg has no memory-safety preconditions; a stale group only yields ESRCH.
     let rc = unsafe { libc::killpg(pgid, libc::SIGKILL) };
-    tracing::debug!(pgid, rc, "killed agent process group");
+    tracing::debug!(pgid, rc, "killed child process group");
 }
 
 /// The last [`STDERR_TAIL_BYTES`] of the child's stderr, and whether stderr reached EOF.

@@ -13,14 +13,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{mpsc, oneshot, Notify};
 
-use crate::{CodexError, TurnEnd, Update, UPDATE_CHANNEL_CAPACITY};
+use crate::{Update, UPDATE_CHANNEL_CAPACITY};
 
 /// Waiting entries past which the queue starts dropping and merging non-chunk updates.
 pub const QUEUE_SOFT_CAP: usize = 4096;
 
-struct State {
+struct State<O> {
     items: VecDeque<Update>,
-    outcome: Option<Result<TurnEnd, CodexError>>,
+    outcome: Option<O>,
     dropped: u64,
     /// `None` once the consumer dropped its receiver or the run is over.
     tx: Option<mpsc::Sender<Update>>,
@@ -28,23 +28,23 @@ struct State {
     forwarding: bool,
 }
 
-/// The consumer's ends of one turn, before its turn id is known.
-pub struct RunEnds {
+/// The consumer's ends of one turn.
+pub struct RunEnds<O> {
     /// The turn's updates, in order.
     pub updates: mpsc::Receiver<Update>,
-    /// Its outcome, after the last update.
-    pub done: oneshot::Receiver<Result<TurnEnd, CodexError>>,
+    /// Its outcome `O`, after the last update.
+    pub done: oneshot::Receiver<O>,
 }
 
-/// The reader's side of one running turn.
-pub struct TurnSink {
-    state: Mutex<State>,
+/// The reader's side of one running turn whose outcome is an `O`.
+pub struct TurnSink<O> {
+    state: Mutex<State<O>>,
     wake: Notify,
 }
 
-impl TurnSink {
+impl<O: Send + 'static> TurnSink<O> {
     /// Creates the sink, its forwarder task and the consumer's ends (updates, outcome).
-    pub fn start() -> (Arc<TurnSink>, RunEnds) {
+    pub fn start() -> (Arc<TurnSink<O>>, RunEnds<O>) {
         let (tx, updates) = mpsc::channel(UPDATE_CHANNEL_CAPACITY);
         let sink = Arc::new(TurnSink {
             state: Mutex::new(State {
@@ -61,7 +61,7 @@ impl TurnSink {
         (sink, RunEnds { updates, done })
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
+    fn lock(&self) -> MutexGuard<'_, State<O>> {
         // A panic while holding this lock leaves a consistent queue; keep going.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -133,7 +133,7 @@ impl TurnSink {
     }
 
     /// Records the outcome; `done` fires once every queued update has been handed over.
-    pub fn finish(&self, outcome: Result<TurnEnd, CodexError>) {
+    pub fn finish(&self, outcome: O) {
         let mut st = self.lock();
         if st.outcome.is_none() {
             st.outcome = Some(outcome);
@@ -143,7 +143,7 @@ impl TurnSink {
     }
 }
 
-async fn forward(sink: Arc<TurnSink>, done: oneshot::Sender<Result<TurnEnd, CodexError>>) {
+async fn forward<O: Send + 'static>(sink: Arc<TurnSink<O>>, done: oneshot::Sender<O>) {
     loop {
         let next = {
             let mut st = sink.lock();
@@ -196,17 +196,24 @@ async fn forward(sink: Arc<TurnSink>, done: oneshot::Sender<Result<TurnEnd, Code
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::PeerError;
+
+    /// A turn outcome as a protocol crate would have it.
+    #[derive(Debug, PartialEq)]
+    enum End {
+        Completed,
+    }
 
     #[tokio::test]
     async fn slow_consumer_gets_all_text_in_order_then_done() {
-        let (sink, mut run) = TurnSink::start();
+        let (sink, mut run) = TurnSink::<Result<End, PeerError>>::start();
         for i in 0..(UPDATE_CHANNEL_CAPACITY * 3) {
             sink.push(Update::MessageChunk(format!("{i},")));
             sink.push(Update::Other {
                 kind: "turn/plan/updated".into(),
             });
         }
-        sink.finish(Ok(TurnEnd::Completed));
+        sink.finish(Ok(End::Completed));
         let mut text = String::new();
         while let Some(u) = run.updates.recv().await {
             if let Update::MessageChunk(t) = u {
@@ -217,12 +224,12 @@ mod tests {
             .map(|i| format!("{i},"))
             .collect();
         assert_eq!(text, want);
-        assert_eq!(run.done.await.ok(), Some(Ok(TurnEnd::Completed)));
+        assert_eq!(run.done.await.ok(), Some(Ok(End::Completed)));
     }
 
     #[tokio::test]
     async fn merges_tool_call_updates_and_drops_other_past_the_cap() {
-        let (sink, mut run) = TurnSink::start();
+        let (sink, mut run) = TurnSink::<Result<End, PeerError>>::start();
         // Fill the channel and the queue before the consumer reads anything.
         for i in 0..(UPDATE_CHANNEL_CAPACITY + QUEUE_SOFT_CAP + 10) {
             sink.push(Update::ToolCall {
@@ -246,7 +253,7 @@ mod tests {
             title: None,
             status: Some("completed".into()),
         });
-        sink.finish(Ok(TurnEnd::Completed));
+        sink.finish(Ok(End::Completed));
         let mut last = None;
         let mut others = 0;
         while let Some(u) = run.updates.recv().await {
