@@ -87,6 +87,8 @@ pub struct Face {
     progressed: Notify,
     /// A runtime shutdown was accepted: product requests are refused while the daemon drains.
     closing: std::sync::atomic::AtomicBool,
+    /// Envelope JSON by seq, shared by the SSE readers (`sse::rendered`).
+    rendered: parking_lot::Mutex<std::collections::BTreeMap<u64, Option<Arc<str>>>>,
 }
 
 /// A stored event as the face reads it.
@@ -188,6 +190,7 @@ impl Face {
             progress: parking_lot::Mutex::new(HashMap::new()),
             progressed: Notify::new(),
             closing: std::sync::atomic::AtomicBool::new(false),
+            rendered: parking_lot::Mutex::new(std::collections::BTreeMap::new()),
             cfg,
         });
         face.recover().await;

@@ -84,6 +84,8 @@ pub struct Room {
     pub foreign_head: u64,
     /// Agents whose lane has a turn transition committing (see `Face::append_released`).
     pub busy: std::collections::HashSet<String>,
+    /// Per root correlation: its turns, in all and per agent (§7 limits).
+    roots: HashMap<String, (usize, HashMap<String, usize>)>,
 }
 
 fn body(data: &Value) -> &Value {
@@ -214,6 +216,12 @@ impl Room {
                 .position(|id| self.turns.get(id).is_some_and(|t| t.queued_seq > seq))
                 .unwrap_or(lane.len());
             lane.insert(at, turn_id.clone());
+            let root = self
+                .roots
+                .entry(turn.corr.root_correlation_id.clone())
+                .or_default();
+            root.0 += 1;
+            *root.1.entry(turn.target.clone()).or_insert(0) += 1;
             self.turns.insert(turn_id, turn);
             return;
         }
@@ -323,19 +331,10 @@ impl Room {
         out
     }
 
-    /// How many turns one root chain has, in all and per agent.
+    /// How many turns one root chain has, in all and per agent (kept by the fold: a post
+    /// must not scan every turn the room ever had).
     pub fn root_counts(&self, root: &str) -> (usize, HashMap<String, usize>) {
-        let mut per = HashMap::new();
-        let mut n = 0;
-        for t in self
-            .turns
-            .values()
-            .filter(|t| t.corr.root_correlation_id == root)
-        {
-            n += 1;
-            *per.entry(t.target.clone()).or_insert(0) += 1;
-        }
-        (n, per)
+        self.roots.get(root).cloned().unwrap_or_default()
     }
 
     /// The turns a message created, in creation order.

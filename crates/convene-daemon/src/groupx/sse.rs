@@ -100,6 +100,28 @@ pub(super) fn open(face: Arc<Face>, req: &Request<Incoming>) -> Response<Body> {
     r
 }
 
+/// Rendered envelopes kept for readers that come after the first.
+const RENDER_CACHE: usize = 4096;
+
+/// The envelope JSON of a committed event, made once and shared by every reader of the room
+/// (ten readers parse and render each event once, not ten times). The face keeps its own
+/// cache, by seq (one room): the hub's per-event memo belongs to the Cowchat face.
+fn rendered(face: &Face, e: &crate::hub::FeedEvent) -> Option<Arc<str>> {
+    if let Some(r) = face.rendered.lock().get(&e.seq) {
+        return r.clone();
+    }
+    let r = face
+        .project(&e.json)
+        .and_then(|env| serde_json::to_string(&env).ok())
+        .map(Arc::<str>::from);
+    let mut cache = face.rendered.lock();
+    cache.insert(e.seq, r.clone());
+    while cache.len() > RENDER_CACHE {
+        cache.pop_first();
+    }
+    r
+}
+
 async fn send(tx: &mpsc::Sender<Bytes>, b: String) -> bool {
     matches!(
         tokio::time::timeout(STALL, tx.send(Bytes::from(b))).await,
@@ -138,10 +160,7 @@ async fn pump(
                 break;
             };
             for e in &page {
-                if let Some(env) = face.project(&e.json) {
-                    let Ok(s) = serde_json::to_string(&env) else {
-                        continue;
-                    };
+                if let Some(s) = rendered(&face, e) {
                     if !send(&tx, format!("id: {}\ndata: {s}\n\n", e.seq)).await {
                         return;
                     }
