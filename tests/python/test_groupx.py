@@ -556,3 +556,20 @@ def test_a_codex_app_server_agent_runs_turns_like_an_acp_one(home, tmp_path):
         assert gx.wait_terminal(again)["type"] == "turn.completed"
     finally:
         d.stop()
+
+
+def test_groupx_4_2_a_forward_references_the_original_and_never_copies_its_author(gx):
+    first = gx.ok_post(["agent:echo"], "original words")
+    gx.wait_terminal(first["turns"][0]["turnId"])
+    answer = next(e for e in gx.events() if e["type"] == "message.created" and e["actor"]["actorId"] == "agent:echo")
+    fwd = gx.ok_post(["agent:helper"], "see what echo said", forwardedEventId=answer["eventId"])
+    env = next(e for e in gx.events() if e["eventId"] == fwd["messageEventId"])
+    assert env["forwardedEventId"] == answer["eventId"]
+    assert env["actor"]["actorId"] == "user:web"  # the forwarder; the original keeps its author
+    gx.wait_terminal(fwd["turns"][0]["turnId"])
+    before = gx.boot()["cursor"]
+    st, v = gx.post(["agent:helper"], "x", forwardedEventId="evt_nowhere")
+    assert st == 400 and v["error"]["code"] == "INVALID_ENVELOPE" and v["error"]["field"] == "forwardedEventId"
+    st, v = gx.post(["agent:helper"], "x", forwardedFrom="agent:echo")
+    assert st == 400 and v["error"]["code"] == "INVALID_ENVELOPE"
+    assert gx.boot()["cursor"] == before

@@ -88,6 +88,9 @@ pub struct Envelope {
     /// Visible reply relation.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reply_to_event_id: Option<String>,
+    /// A forward's original message (its author is read from that envelope, §4.2).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forwarded_event_id: Option<String>,
     /// What directly caused this event.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub causation_id: Option<String>,
@@ -213,6 +216,7 @@ pub fn project(ev: Stored<'_>, name: &dyn Fn(&str) -> Option<String>) -> Option<
         },
         to,
         reply_to_event_id: reply,
+        forwarded_event_id: str_field(gx, "forwardedEventId"),
         causation_id: str_field(gx, "causationId"),
         root_correlation_id: str_field(gx, "rootCorrelationId")
             .unwrap_or_else(|| correlation_id.clone()),
@@ -278,6 +282,7 @@ pub fn transient(
         actor,
         to: Vec::new(),
         reply_to_event_id: None,
+        forwarded_event_id: None,
         causation_id: corr.causation_id.clone(),
         correlation_id: corr.correlation_id.clone(),
         root_correlation_id: corr.root_correlation_id.clone(),

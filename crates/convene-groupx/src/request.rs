@@ -36,6 +36,8 @@ pub struct PostMessage {
     pub reply_to_event_id: Option<String>,
     /// Observers to pair with the workers (§4.3).
     pub supervision: Option<Supervision>,
+    /// A forward: the original message, by reference only (§4.2).
+    pub forwarded_event_id: Option<String>,
 }
 
 /// `SupervisionPair` (§4.3): 1-4 observers, mode `live_steer`.
@@ -98,6 +100,7 @@ impl PostMessage {
         };
         let observers = self.supervision.as_ref().map(|s| s.observers.clone());
         serde_json::json!({"to": to, "content": self.content, "replyToEventId": self.reply_to_event_id,
+            "forwardedEventId": self.forwarded_event_id,
             "observers": observers})
         .to_string()
     }
@@ -147,6 +150,7 @@ pub fn parse_post_message(body: &[u8], max_content: usize) -> Result<PostMessage
         "content",
         "replyToEventId",
         "supervision",
+        "forwardedEventId",
     ];
     if let Some(k) = m.keys().find(|k| !KNOWN.contains(&k.as_str())) {
         return Err(invalid(format!("unknown field `{k}`"), k));
@@ -199,12 +203,14 @@ pub fn parse_post_message(body: &[u8], max_content: usize) -> Result<PostMessage
             ))
         }
     };
+    let forwarded_event_id = optional_event_id(&m, "forwardedEventId")?;
     Ok(PostMessage {
         client_command_id: id,
         to,
         content,
         reply_to_event_id,
         supervision,
+        forwarded_event_id,
     })
 }
 
@@ -246,6 +252,18 @@ fn recipients(v: Option<&Value>) -> Result<Recipients, GroupxError> {
     } else {
         Recipients::Agents(out)
     })
+}
+
+/// An optional event-id field (`null` or absent = none).
+pub(crate) fn optional_event_id(
+    m: &Map<String, Value>,
+    k: &str,
+) -> Result<Option<String>, GroupxError> {
+    match m.get(k) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if !s.is_empty() && s.len() <= 128 => Ok(Some(s.clone())),
+        _ => Err(invalid(format!("{k} must be an event id or null"), k)),
+    }
 }
 
 /// `POST /api/runtime/shutdown` (§10.8): exactly `{"runtimeScopeKey": "<64 hex>"}`.

@@ -26,6 +26,8 @@ pub struct Post {
     pub cancel_on_timeout: bool,
     /// send/ask: observers to pair with the targets (§4.3).
     pub supervision: Option<crate::request::Supervision>,
+    /// A forward of this event (§4.2).
+    pub forwarded_event_id: Option<String>,
 }
 
 impl Post {
@@ -38,6 +40,7 @@ impl Post {
         };
         let observers = self.supervision.as_ref().map(|s| s.observers.clone());
         json!({"tool": tool, "to": to, "content": self.content, "replyToEventId": self.reply_to_event_id,
+            "forwardedEventId": self.forwarded_event_id,
             "observers": observers})
         .to_string()
     }
@@ -113,7 +116,12 @@ pub fn parse_post(
     ask: bool,
     max_content: usize,
 ) -> Result<Post, GroupxError> {
-    let mut known = vec!["content", "replyToEventId", "clientCommandId"];
+    let mut known = vec![
+        "content",
+        "replyToEventId",
+        "clientCommandId",
+        "forwardedEventId",
+    ];
     if with_to {
         known.extend(["to", "supervision"]);
     }
@@ -123,7 +131,12 @@ pub fn parse_post(
     let m = args(v, &known)?;
     // Reuse the REST rules for the shared fields.
     let mut body = Map::new();
-    for k in ["clientCommandId", "content", "replyToEventId"] {
+    for k in [
+        "clientCommandId",
+        "content",
+        "replyToEventId",
+        "forwardedEventId",
+    ] {
         if let Some(x) = m.get(k) {
             body.insert(k.into(), x.clone());
         }
@@ -151,6 +164,7 @@ pub fn parse_post(
             .and_then(Value::as_bool)
             .unwrap_or(false),
         supervision: crate::request::parse_supervision(m.get("supervision"))?,
+        forwarded_event_id: p.forwarded_event_id,
     })
 }
 
@@ -283,20 +297,21 @@ pub fn list() -> Value {
         json!({"type": "string", "description": "message text, visible to the whole room"});
     let reply = json!({"type": ["string", "null"], "description": "event id this answers (default: your current turn's message)"});
     let cid = json!({"type": "string", "description": "your retry key: the same key and payload never create a second message"});
+    let fwd = json!({"type": ["string", "null"], "description": "forward this message (by reference: its author stays its own)"});
     let wait = json!({"type": "integer", "minimum": 0, "maximum": MAX_WAIT_MS});
     json!({"tools": [
         {"name": "groupx.send",
          "description": "Post a message to the room and give each target a new turn (asynchronous: returns at once with the queued turns). A target already working gets the turn after its current one.",
-         "inputSchema": {"type": "object", "properties": {"to": to, "content": content, "replyToEventId": reply, "clientCommandId": cid},
+         "inputSchema": {"type": "object", "properties": {"to": to, "content": content, "replyToEventId": reply, "clientCommandId": cid, "forwardedEventId": fwd},
                          "required": ["to", "content", "clientCommandId"], "additionalProperties": false}},
         {"name": "groupx.publish",
          "description": "Post progress, a question or a conclusion to the room without waking anyone.",
-         "inputSchema": {"type": "object", "properties": {"content": content, "replyToEventId": reply, "clientCommandId": cid},
+         "inputSchema": {"type": "object", "properties": {"content": content, "replyToEventId": reply, "clientCommandId": cid, "forwardedEventId": fwd},
                          "required": ["content", "clientCommandId"], "additionalProperties": false}},
         {"name": "groupx.ask",
          "description": "Like send, then wait (bounded, at most 60 s) for the targets' answers and return them. Returns state=pending at once if a target has work ahead; continue with groupx.collect, not a second ask. Asking an agent that is waiting on you is refused (CAUSAL_CYCLE): use send.",
          "inputSchema": {"type": "object", "properties": {"to": to, "content": content, "replyToEventId": reply, "clientCommandId": cid,
-                         "timeoutMs": wait, "cancelOnTimeout": {"type": "boolean"}},
+                         "forwardedEventId": fwd, "timeoutMs": wait, "cancelOnTimeout": {"type": "boolean"}},
                          "required": ["to", "content", "clientCommandId"], "additionalProperties": false}},
         {"name": "groupx.collect",
          "description": "Wait (bounded) for the turns an earlier ask created and return their results; creates nothing.",

@@ -30,6 +30,8 @@ pub(super) struct Origin {
     pub observers: Vec<String>,
     /// Set when this message is a supervisor's steer (§6.7).
     pub steer: Option<SteerInfo>,
+    /// A forward's original message (§4.2): referenced, never copied.
+    pub forwarded: Option<String>,
 }
 
 /// What a steer records beside its message.
@@ -61,6 +63,15 @@ impl Face {
         reply_to: Option<String>,
     ) -> Result<CommandRec, GroupxError> {
         let key = command_key(&o.binding, &o.client_command_id);
+        if let Some(f) = &o.forwarded {
+            if self.message_text(f).await.is_none() {
+                return Err(GroupxError::new(
+                    ErrorCode::InvalidEnvelope,
+                    format!("{f} is not a message of this room"),
+                )
+                .field("forwardedEventId"));
+            }
+        }
         let rx = {
             let mut room = loop {
                 let changed = self.changed.notified();
@@ -210,6 +221,9 @@ impl Face {
             "to": gx_to, "binding": o.binding, "commandType": o.command_type});
         if let Some(p) = &o.parent {
             gx["causationId"] = p.turn_id.clone().into();
+        }
+        if let Some(f) = &o.forwarded {
+            gx["forwardedEventId"] = f.clone().into();
         }
         let mut extra = Map::new();
         extra.insert("groupx".into(), gx);

@@ -247,6 +247,7 @@ async fn post(
         parent,
         observers,
         steer: None,
+        forwarded: p.forwarded_event_id.clone(),
     };
     face.create(
         origin,

@@ -372,6 +372,7 @@ impl Face {
             parent: None,
             observers,
             steer: None,
+            forwarded: p.forwarded_event_id.clone(),
         };
         let c = self
             .create(origin, targets, p.content, p.reply_to_event_id)

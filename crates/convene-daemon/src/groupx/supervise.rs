@@ -242,6 +242,7 @@ impl Face {
                 action: if s.interrupt { "interrupt" } else { "nudge" },
                 reason: s.reason.clone(),
             }),
+            forwarded: None,
         };
         let targets = if s.interrupt {
             vec![subject.target.clone()]
