@@ -23,6 +23,12 @@ pub const USER_WEB: &str = "user:web";
 /// The ledger principal of the human (CCCS `by: "user"`).
 pub const LEDGER_USER: &str = "user";
 
+/// The ledger principal of the local operator (the room assistant, `user:assistant`).
+pub const LEDGER_OPERATOR: &str = "svc:assistant";
+
+/// The local operator's identity (§3.1: a user, not an agent of the roster).
+pub const USER_ASSISTANT: &str = "user:assistant";
+
 /// The ledger principal of the broker itself.
 pub const LEDGER_SYSTEM: &str = "system";
 
@@ -56,6 +62,7 @@ pub fn actor_id_of(by: &str) -> String {
     match by {
         LEDGER_USER => USER_WEB.to_string(),
         LEDGER_SYSTEM => "system:groupx".to_string(),
+        LEDGER_OPERATOR => USER_ASSISTANT.to_string(),
         other if other.starts_with("svc:") => "system:groupx".to_string(),
         other => format!("agent:{other}"),
     }
@@ -173,12 +180,16 @@ pub fn project(ev: Stored<'_>, name: &dyn Fn(&str) -> Option<String>) -> Option<
             .get("reply_to")
             .and_then(Value::as_str)
             .map(str::to_string);
-        (
-            "message.created".to_string(),
-            Value::Object(body),
-            to,
-            reply,
-        )
+        // An operator's dispatch is stored as a message (so its turns can name it and every
+        // face keeps it) but is not a chat bubble (§4: operator.dispatch).
+        let kind = match gx
+            .and_then(|g| g.get("commandType"))
+            .and_then(Value::as_str)
+        {
+            Some("operator.dispatch") => "operator.dispatch",
+            _ => "message.created",
+        };
+        (kind.to_string(), Value::Object(body), to, reply)
     } else if let Some(t) = ev.kind.strip_prefix(KIND_PREFIX) {
         let to = to_list(gx.and_then(|g| g.get("to"))).unwrap_or_default();
         let body = ev
@@ -192,11 +203,12 @@ pub fn project(ev: Stored<'_>, name: &dyn Fn(&str) -> Option<String>) -> Option<
     };
     let actor_id = actor_id_of(ev.by);
     let kind_of = match ev.by {
-        LEDGER_USER => ActorKind::User,
+        LEDGER_USER | LEDGER_OPERATOR => ActorKind::User,
         b if b == LEDGER_SYSTEM || b.starts_with("svc:") => ActorKind::System,
         _ => ActorKind::Agent,
     };
     let display_name = name(&actor_id).unwrap_or_else(|| match kind_of {
+        ActorKind::User if ev.by == LEDGER_OPERATOR => "Assistant".to_string(),
         ActorKind::User => "You".to_string(),
         ActorKind::System => "GroupX".to_string(),
         ActorKind::Agent => ev.by.to_string(),

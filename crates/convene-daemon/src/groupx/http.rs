@@ -227,6 +227,35 @@ async fn route(
             }
             _ => not_allowed(),
         },
+        "/mcp/operator" => match method {
+            Method::POST => {
+                let b = match body(req).await {
+                    Ok(b) => b,
+                    Err(e) => return error(&e),
+                };
+                let msg: Value = match serde_json::from_slice(&b) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        return json(
+                            400,
+                            &serde_json::json!({"jsonrpc": "2.0", "id": null,
+                                "error": {"code": -32700, "message": format!("parse error: {e}")}}),
+                        )
+                    }
+                };
+                let answer = tokio::spawn(super::operator::handle(face, msg)).await;
+                match answer.unwrap_or_else(|_| {
+                    super::mcp::Answer::Json(serde_json::json!({"jsonrpc": "2.0", "id": null,
+                        "error": {"code": -32603, "message": "internal error"}}))
+                }) {
+                    super::mcp::Answer::Json(v) => json(200, &v),
+                    super::mcp::Answer::Accepted => {
+                        full(StatusCode::ACCEPTED, "application/json", "")
+                    }
+                }
+            }
+            _ => not_allowed(),
+        },
         "/mcp" => match method {
             Method::POST => {
                 let binding = req

@@ -20,8 +20,31 @@ pub const BINDING_HEADER: &str = "x-groupx-binding";
 /// MCP protocol revisions this endpoint speaks.
 const PROTOCOLS: &[&str] = &["2025-06-18", "2025-03-26", "2024-11-05"];
 
-fn rpc_error(id: &Value, code: i64, message: &str) -> Value {
+pub(super) fn rpc_error(id: &Value, code: i64, message: &str) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+}
+
+/// The protocol revision to answer an `initialize` with.
+pub(super) fn protocol_for(params: &Value) -> &'static str {
+    let asked = params["protocolVersion"].as_str().unwrap_or("");
+    PROTOCOLS
+        .iter()
+        .find(|p| **p == asked)
+        .copied()
+        .unwrap_or(PROTOCOLS[0])
+}
+
+/// A tool's outcome as an MCP `tools/call` result (a failure is a result with `isError`).
+pub(super) fn tool_result(r: Result<Value, GroupxError>) -> Value {
+    match r {
+        Ok(v) => json!({"content": [{"type": "text", "text": v.to_string()}],
+            "structuredContent": v, "isError": false}),
+        Err(e) => {
+            let v = json!({"errorCode": e.code.as_str(), "message": e.message, "field": e.field});
+            json!({"content": [{"type": "text", "text": v.to_string()}],
+                "structuredContent": v, "isError": true})
+        }
+    }
 }
 
 /// What the HTTP layer sends back: a JSON-RPC answer, or nothing (a notification: 202).
@@ -267,7 +290,7 @@ impl Face {
 
     /// The results of the turns `message` created, after waiting up to `wait` for all of them
     /// to end (§6.3, §6.4). A wait that ends early reports `pending`, never a fake terminal.
-    async fn collect(
+    pub(super) async fn collect(
         &self,
         message: &str,
         corr: &str,
@@ -370,7 +393,7 @@ impl Face {
 
     /// `groupx.read`: room events after a seq, of one chain if asked; never reasoning or tool
     /// records (§2.2: those serve the timeline, not other agents' context).
-    async fn read(&self, q: tools::Read) -> Result<Value, GroupxError> {
+    pub(super) async fn read(&self, q: tools::Read) -> Result<Value, GroupxError> {
         let mut after = q.after_seq;
         let mut out = Vec::new();
         let mut last = after;

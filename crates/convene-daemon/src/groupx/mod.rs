@@ -19,6 +19,7 @@ mod mcp;
 mod memory;
 mod memory_api;
 mod native_sessions;
+mod operator;
 pub mod room;
 mod setup;
 mod sse;
