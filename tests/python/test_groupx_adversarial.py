@@ -1,0 +1,124 @@
+"""Adversarial checks of the GroupX face at the user's boundary: odd request paths, restarts
+with a changed roster, and many concurrent posts and cancels against one daemon, checked from
+the ledger (every queued turn has exactly one terminal event, nothing moves after it)."""
+from __future__ import annotations
+
+import json
+import random
+import threading
+import uuid
+
+from conftest import Daemon
+from test_groupx import GX, SSE, TERMINAL, agent, start
+
+
+def test_a_cancel_path_without_a_turn_id_is_an_error_answer_not_a_dropped_connection(home):
+    d = start(home, [agent("echo")])
+    try:
+        gx = GX(d)
+        for path in ["/api/turns/cancel", "/api/turns//cancel", "/api/turns/%20/cancel"]:
+            st, v = gx.call("POST", path, {})
+            assert st in (404, 400), (path, st, v)
+            assert v["error"]["code"] in ("UNKNOWN_TURN", "NOT_FOUND", "INVALID_ENVELOPE"), v
+        assert gx.call("GET", "/api/health")[0] == 200
+    finally:
+        d.stop()
+
+
+def test_a_queued_turn_of_an_agent_disabled_across_a_restart_is_settled_not_left_queued(home):
+    d = start(home, [agent("echo"), agent("other")])
+    gx = GX(d)
+    hung = gx.ok_post(["agent:echo"], "long\n#slow 300")["turns"][0]["turnId"]
+    waiting = gx.ok_post(["agent:echo"], "never runs")["turns"][0]["turnId"]
+    gx.wait_type(hung, "turn.started")
+    d.kill9()
+    # The operator turns the agent off before starting again.
+    (home / "groupx.json").write_text(json.dumps({"agents": [agent("echo", enabled=False), agent("other")]}))
+    d = Daemon(home, ["--groupx", "127.0.0.1:0"]).start()
+    try:
+        gx = GX(d)
+        assert gx.wait_terminal(hung)["type"] == "turn.interrupted"
+        end = gx.wait_terminal(waiting, timeout=10)
+        assert end["type"] == "turn.failed" and end["body"]["errorCode"] == "UNKNOWN_TARGET", end
+        assert gx.boot()["turns"] == []
+    finally:
+        d.stop()
+
+
+def ledger_turns(gx: GX, until) -> dict[str, list[dict]]:
+    """Every durable turn event of the room, from seq 0, by turn id (read over SSE)."""
+    s = SSE(gx, after=0)
+    try:
+        s.wait(lambda fr: until([f for _, f in fr]), timeout=60)
+        frames = list(s.frames)
+    finally:
+        s.close()
+    seqs = [int(i) for i, _ in frames if i is not None]
+    assert seqs == sorted(seqs) and len(seqs) == len(set(seqs)), "durable SSE frames out of order or repeated"
+    by: dict[str, list[dict]] = {}
+    for i, f in frames:
+        if i is None:
+            continue
+        tid = f["body"].get("turnId")
+        if tid and f["type"].startswith("turn.") and f["type"] != "turn.reasoning.recorded":
+            by.setdefault(tid, []).append(f)
+    return by
+
+
+def test_many_posts_racing_cancels_leave_every_turn_with_exactly_one_terminal_and_the_lane_alive(home):
+    d = start(home, [agent("echo"), agent("helper")], limits={"queuePerAgent": 64})
+    try:
+        gx = GX(d)
+        turns: list[str] = []
+        lock = threading.Lock()
+        rng = random.Random(7)
+
+        def worker(n: int, seed: int):
+            r = random.Random(seed)
+            for i in range(n):
+                to = r.choice([["agent:echo"], ["agent:helper"], ["@all"]])
+                cid = f"t-{uuid.uuid4()}"
+                body = f"m{i}\n#slow {r.randint(1, 3)}"
+                st, v = gx.post(to, body, cid=cid)
+                if st != 202:
+                    assert st == 429, v
+                    continue
+                # A retry answers the first result, identically.
+                st2, v2 = gx.post(to, body, cid=cid)
+                assert (st2, v2["messageEventId"], [t["turnId"] for t in v2["turns"]]) == (
+                    202, v["messageEventId"], [t["turnId"] for t in v["turns"]]), v2
+                ids = [t["turnId"] for t in v["turns"]]
+                with lock:
+                    turns.extend(ids)
+                for tid in ids:
+                    if r.random() < 0.7:
+                        st, c = gx.call("POST", f"/api/turns/{tid}/cancel", {})
+                        assert st == 202, c
+
+        threads = [threading.Thread(target=worker, args=(12, rng.random())) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        # Both lanes still run work after the storm.
+        last = gx.ok_post(["@all"], "after the storm")
+        final = [t["turnId"] for t in last["turns"]]
+        everything = turns + final
+
+        def all_settled(frames):
+            done = {f["body"]["turnId"] for f in frames if f["type"] in TERMINAL}
+            return all(t in done for t in everything)
+
+        by = ledger_turns(gx, all_settled)
+        for tid in everything:
+            evs = by[tid]
+            kinds = [e["type"] for e in evs]
+            assert kinds[0] == "turn.queued", (tid, kinds)
+            assert sum(k in TERMINAL for k in kinds) == 1, (tid, kinds)
+            assert kinds[-1] in TERMINAL, (tid, kinds)
+            assert kinds.count("turn.dispatched") <= 1, (tid, kinds)
+        for tid in final:
+            assert by[tid][-1]["type"] == "turn.completed", by[tid]
+        assert gx.boot()["turns"] == []
+    finally:
+        d.stop()
