@@ -122,3 +122,57 @@ def test_many_posts_racing_cancels_leave_every_turn_with_exactly_one_terminal_an
         assert gx.boot()["turns"] == []
     finally:
         d.stop()
+
+
+def test_a_retried_interrupt_steer_answers_the_first_result_and_leaves_the_rerouted_turn_alone(home, tmp_path):
+    from test_groupx_supervision import agent as sagent, boss_binding, tool
+    log = tmp_path / "acp.log"
+    d = start(home, [sagent("worker"), sagent("boss", FAKE_ACP_WATCH_DIRECTIVE="#hang")],
+              limits={"steersPerSubjectTurn": 1}, log=log)
+    try:
+        gx = GX(d)
+        v = gx.ok_post(["agent:worker"], "long job\n#slow 300",
+                       supervision={"observers": ["agent:boss"], "mode": "live_steer"})
+        work, watch = v["turns"][0]["turnId"], v["watchTurns"][0]["turnId"]
+        b = boss_binding(gx, log, watch)
+        gx.wait_type(work, "turn.started")
+        args = {"action": "interrupt", "reason": "wrong", "content": "redo it\n#slow 300", "clientCommandId": "st1"}
+        first = tool(gx, b, "groupx.steer", args)
+        assert not first["isError"], first
+        new = first["structuredContent"]["newTurnId"]
+        assert gx.wait_terminal(work)["type"] == "turn.cancelled"
+        gx.wait_type(new, "turn.started")
+        # The MCP client retries the same call (say its answer was lost): the same answer, and
+        # nothing else happens - above all, the re-routed turn is not cancelled.
+        again = tool(gx, b, "groupx.steer", args)
+        assert again == first, (again, first)
+        assert not [e for e in gx.turn_events(new) if e["type"] in ("turn.cancelling", "turn.cancelled")]
+        assert sum(e["type"] == "supervision.steered" for e in gx.events()) == 1
+        gx.call("POST", f"/api/turns/{new}/cancel", {})
+    finally:
+        d.stop()
+
+
+def test_an_mcp_send_after_the_callers_turn_ended_is_refused_not_made_a_new_root_chain(home, tmp_path):
+    from test_groupx_supervision import bindings, tool
+    log = tmp_path / "acp.log"
+    mcp = {"FAKE_ACP_HTTP_MCP": "1"}
+    d = start(home, [agent("echo", env=mcp), agent("helper", env=mcp)], limits={"maxHops": 1}, log=log)
+    try:
+        gx = GX(d)
+        t = gx.ok_post(["agent:echo"], "wait\n#slow 300")["turns"][0]["turnId"]
+        gx.wait_type(t, "turn.started")
+        [b] = bindings(log)
+        # The user cancels; the agent's tool call was still in flight and lands afterwards.
+        gx.call("POST", f"/api/turns/{t}/cancel", {})
+        gx.wait_terminal(t)
+        before = gx.boot()["cursor"]
+        r = tool(gx, b, "groupx.send", {"to": ["agent:helper"], "content": "late", "clientCommandId": "late1"})
+        assert r["isError"] and r["structuredContent"]["errorCode"] == "MCP_BINDING_MISMATCH", r
+        assert not any(e["type"] == "message.created" and e["body"]["content"] == "late" for e in gx.events())
+        assert gx.boot()["cursor"] == before
+        # Reading the room stays possible.
+        r = tool(gx, b, "groupx.read", {"afterSeq": 0, "limit": 5})
+        assert not r["isError"], r
+    finally:
+        d.stop()
