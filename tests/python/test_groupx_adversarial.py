@@ -176,3 +176,36 @@ def test_an_mcp_send_after_the_callers_turn_ended_is_refused_not_made_a_new_root
         assert not r["isError"], r
     finally:
         d.stop()
+
+
+def test_concurrent_steers_cannot_pass_the_steer_limit_together(home, tmp_path):
+    from test_groupx_supervision import agent as sagent, boss_binding, tool
+    log = tmp_path / "acp.log"
+    d = start(home, [sagent("worker"), sagent("boss", FAKE_ACP_WATCH_DIRECTIVE="#hang")],
+              limits={"steersPerSubjectTurn": 1}, log=log)
+    try:
+        gx = GX(d)
+        v = gx.ok_post(["agent:worker"], "long job\n#slow 300",
+                       supervision={"observers": ["agent:boss"], "mode": "live_steer"})
+        work, watch = v["turns"][0]["turnId"], v["watchTurns"][0]["turnId"]
+        b = boss_binding(gx, log, watch)
+        results: list[dict] = []
+        go = threading.Barrier(10)
+
+        def nudge(i: int):
+            go.wait()
+            results.append(tool(gx, b, "groupx.steer", {"action": "nudge", "reason": f"r{i}",
+                                                        "content": f"hint {i}", "clientCommandId": f"c{i}"}))
+
+        threads = [threading.Thread(target=nudge, args=(i,)) for i in range(10)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        ok = [r for r in results if not r["isError"]]
+        assert len(ok) == 1, [r["structuredContent"] for r in results]
+        assert all(r["structuredContent"]["errorCode"] == "STEER_LIMIT_REACHED" for r in results if r["isError"])
+        assert sum(e["type"] == "supervision.steered" for e in gx.events()) == 1
+        gx.call("POST", f"/api/turns/{work}/cancel", {})
+    finally:
+        d.stop()

@@ -80,6 +80,8 @@ pub struct Room {
     /// Commands submitted to the ledger and not folded yet: key → target agents. Their
     /// retries wait for them, their targets count against capacity, and those lanes wait.
     pub pending: HashMap<String, Vec<String>>,
+    /// Steer commands in `pending`: key → the turn they steer (they count against its limit).
+    pub steering: HashMap<String, String>,
     /// Memory, identity and the context floor (§10.4, §10.5).
     pub memory: super::memory::Memory,
     /// Highest seq of a message from another face.
