@@ -209,3 +209,35 @@ def test_concurrent_steers_cannot_pass_the_steer_limit_together(home, tmp_path):
         gx.call("POST", f"/api/turns/{work}/cancel", {})
     finally:
         d.stop()
+
+
+def test_one_client_command_id_used_at_once_for_a_message_and_a_memory_serves_only_one(home):
+    d = start(home, [agent("echo")])
+    try:
+        gx = GX(d)
+        for i in range(25):
+            cid = f"same-{i}"
+            out: dict[str, tuple] = {}
+            go = threading.Barrier(2)
+
+            def msg():
+                go.wait()
+                out["msg"] = gx.post(["agent:echo"], f"m{i}", cid=cid)
+
+            def mem():
+                go.wait()
+                out["mem"] = gx.call("POST", "/api/memory", {"clientCommandId": cid, "scope": "room", "content": f"x{i}"})
+
+            ts = [threading.Thread(target=msg), threading.Thread(target=mem)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+            ok = [k for k, (st, _) in out.items() if st in (201, 202)]
+            assert len(ok) == 1, (i, out)
+            # The winner's retry still answers its first result.
+            if ok == ["msg"]:
+                st, v = gx.post(["agent:echo"], f"m{i}", cid=cid)
+                assert st == 202 and v["messageEventId"] == out["msg"][1]["messageEventId"], v
+    finally:
+        d.stop()
