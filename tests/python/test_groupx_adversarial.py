@@ -241,3 +241,60 @@ def test_one_client_command_id_used_at_once_for_a_message_and_a_memory_serves_on
                 assert st == 202 and v["messageEventId"] == out["msg"][1]["messageEventId"], v
     finally:
         d.stop()
+
+
+def test_kill9_at_random_points_of_busy_lanes_never_runs_a_turn_twice_or_leaves_one_open(home):
+    agents = [agent("echo"), agent("helper")]
+    d = start(home, agents, limits={"queuePerAgent": 64})
+    rng = random.Random(11)
+    posted: list[str] = []
+    for round_ in range(3):
+        gx = GX(d)
+        stop = threading.Event()
+
+        def writer(seed: int):
+            r = random.Random(seed)
+            while not stop.is_set():
+                try:
+                    st, v = gx.post(r.choice([["agent:echo"], ["agent:helper"], ["@all"]]), f"w\n#slow {r.randint(1, 4)}")
+                except OSError:
+                    return
+                if st == 202:
+                    posted.extend(t["turnId"] for t in v["turns"])
+                    if r.random() < 0.3:
+                        try:
+                            gx.call("POST", f"/api/turns/{v['turns'][0]['turnId']}/cancel", {})
+                        except OSError:
+                            return
+
+        ws = [threading.Thread(target=writer, args=(rng.random(),)) for _ in range(3)]
+        for w in ws:
+            w.start()
+        threading.Event().wait(0.5 + rng.random())
+        d.kill9()
+        stop.set()
+        for w in ws:
+            w.join()
+        d = Daemon(home, ["--groupx", "127.0.0.1:0"]).start()
+    try:
+        gx = GX(d)
+        last = gx.ok_post(["@all"], "after the crashes")
+        final = [t["turnId"] for t in last["turns"]]
+        everything = set(posted) | set(final)
+
+        def settled(frames):
+            done = {f["body"]["turnId"] for f in frames if f["type"] in TERMINAL}
+            return set(final) <= done
+
+        by = ledger_turns(gx, settled)
+        # Turns the crash cut off before their answer reached the client are in the ledger too.
+        for tid, evs in by.items():
+            kinds = [e["type"] for e in evs]
+            assert kinds[0] == "turn.queued", (tid, kinds)
+            assert sum(k in TERMINAL for k in kinds) == 1, (tid, kinds)
+            assert kinds[-1] in TERMINAL, (tid, kinds)
+            assert kinds.count("turn.dispatched") <= 1, (tid, kinds)
+        assert everything <= set(by), everything - set(by)
+        assert gx.boot()["turns"] == []
+    finally:
+        d.stop()
