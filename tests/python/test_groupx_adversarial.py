@@ -298,3 +298,49 @@ def test_kill9_at_random_points_of_busy_lanes_never_runs_a_turn_twice_or_leaves_
         assert gx.boot()["turns"] == []
     finally:
         d.stop()
+
+
+def test_a_cancel_that_waited_for_the_dispatch_commit_settles_the_turn_and_the_lane_goes_on(home):
+    """A cancel arriving while the lane commits `turn.dispatched` waits for that fold and then
+    records `turn.cancelling`; the lane used to see "not dispatching" and give the turn up,
+    leaving it `cancelling` forever and its agent's lane blocked. Other agents' commits and
+    memory writes keep the room lock busy so the cancel is queued on it at the right moment."""
+    d = start(home, [agent("echo"), agent("helper"), agent("other")], limits={"queuePerAgent": 64})
+    try:
+        gx = GX(d)
+        stop = threading.Event()
+
+        def noise(aid: str):
+            while not stop.is_set():
+                gx.post([f"agent:{aid}"], "n\n#reply ok")
+
+        def memory_noise():
+            while not stop.is_set():
+                gx.call("POST", "/api/memory", {"clientCommandId": str(uuid.uuid4()), "scope": "room", "content": "m"})
+
+        ns = [threading.Thread(target=noise, args=(a,)) for a in ("helper", "other")]
+        ns += [threading.Thread(target=memory_noise) for _ in range(2)]
+        for n in ns:
+            n.start()
+        r = random.Random(5)
+        mine = []
+        try:
+            for i in range(60):
+                tid = gx.ok_post(["agent:echo"], f"e{i}\n#reply hi")["turns"][0]["turnId"]
+                mine.append(tid)
+                threading.Event().wait(r.random() * 0.02)
+                # Cancel until the answer shows the turn left the queue (the racing window).
+                for _ in range(30):
+                    st, c = gx.call("POST", f"/api/turns/{tid}/cancel", {})
+                    assert st == 202, c
+                    if c["status"] != "queued":
+                        break
+        finally:
+            stop.set()
+            for n in ns:
+                n.join()
+        last = gx.ok_post(["agent:echo"], "still alive?")["turns"][0]["turnId"]
+        assert gx.wait_terminal(last, timeout=30)["type"] == "turn.completed"
+        assert not [t for t in gx.boot()["turns"] if t["turnId"] in mine]
+    finally:
+        d.stop()
