@@ -344,3 +344,20 @@ def test_a_cancel_that_waited_for_the_dispatch_commit_settles_the_turn_and_the_l
         assert not [t for t in gx.boot()["turns"] if t["turnId"] in mine]
     finally:
         d.stop()
+
+
+def test_agents_starting_sessions_together_all_keep_their_native_session_for_a_restart(home):
+    names = [f"a{i}" for i in range(8)]
+    for attempt in range(5):
+        h = home / f"run{attempt}"
+        h.mkdir()
+        d = start(h, [agent(n) for n in names])
+        try:
+            gx = GX(d)
+            turns = [t["turnId"] for t in gx.ok_post(["@all"], "hello all")["turns"]]
+            for t in turns:
+                assert gx.wait_terminal(t)["type"] == "turn.completed"
+            kept = json.loads((h / "groupx" / "native-sessions.json").read_text())
+            assert sorted(kept) == names, f"attempt {attempt}: kept {sorted(kept)}"
+        finally:
+            d.stop()
