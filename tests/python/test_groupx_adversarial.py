@@ -361,3 +361,26 @@ def test_agents_starting_sessions_together_all_keep_their_native_session_for_a_r
             assert sorted(kept) == names, f"attempt {attempt}: kept {sorted(kept)}"
         finally:
             d.stop()
+
+
+def test_a_turn_woken_by_another_face_gets_the_room_context_like_any_other(home, tmp_path):
+    log = tmp_path / "acp.log"
+    d = start(home, [agent("echo"), agent("helper")], log=log)
+    try:
+        gx = GX(d)
+        t = gx.ok_post(["agent:helper"], "the launch code is ABC-123")["turns"][0]["turnId"]
+        gx.wait_terminal(t)
+        groups = d.raw({"v": 1, "op": "groups", "args": {}})["result"]["groups"]
+        gid = next(g["group_id"] for g in groups if g["title"] == "groupx main")
+        r = d.raw({"v": 1, "op": "send", "args": {"group_id": gid, "by": "user", "text": "what is the code?", "to": ["echo"]}})
+        src = r["result"]["event"]["id"]
+        turn = gx.wait(lambda evs: next((e for e in evs if e["type"] == "turn.queued" and e["body"]["sourceEventId"] == src), None))
+        gx.wait_terminal(turn["body"]["turnId"])
+        prompts = [json.loads(line) for line in log.read_text().splitlines()]
+        text = next(p["params"]["prompt"][0]["text"] for p in prompts
+                    if p.get("method") == "session/prompt" and "what is the code?" in json.dumps(p))
+        assert "ABC-123" in text, text
+        # The message itself is the current one, not an "earlier" one.
+        assert text.count("what is the code?") == 1, text
+    finally:
+        d.stop()
