@@ -101,6 +101,26 @@ impl Face {
             };
             let lim = &self.cfg.limits;
             self.check_observers(&o, &targets)?;
+            if let Some(st) = &o.steer {
+                // Under the lock and counting steers still committing: concurrent steers
+                // checked before it all passed the limit together.
+                let subject = room.turns.get(&st.subject_turn_id);
+                let steers = subject.map_or(0, |t| t.steers as usize)
+                    + room
+                        .steering
+                        .values()
+                        .filter(|s| **s == st.subject_turn_id)
+                        .count();
+                if steers >= lim.steers_per_subject_turn as usize {
+                    return Err(GroupxError::new(
+                        ErrorCode::SteerLimitReached,
+                        format!(
+                            "turn {} was steered {} times already",
+                            st.subject_turn_id, lim.steers_per_subject_turn
+                        ),
+                    ));
+                }
+            }
             if let Some(t) = targets
                 .iter()
                 .chain(&o.observers)
@@ -137,11 +157,16 @@ impl Face {
                 key.clone(),
                 targets.iter().chain(&o.observers).cloned().collect(),
             );
+            if let Some(st) = &o.steer {
+                room.steering
+                    .insert(key.clone(), st.subject_turn_id.clone());
+            }
             rx
         };
         let res = rx.await;
         let mut room = self.room.lock().await;
         room.pending.remove(&key);
+        room.steering.remove(&key);
         let res = match res {
             Ok(Ok(c)) => {
                 for (ev, _) in &c.events {

@@ -81,6 +81,10 @@ impl Face {
             return;
         }
         let mut room = self.room.lock().await;
+        // Another face committed it, so the room has not folded it: without its record the
+        // turns get no source seq (their Context Packet had no earlier messages) and
+        // `has_turn` could not see them. Folding a chat message again changes nothing.
+        room.fold(m.seq, &m.id, &m.kind, &m.by, &m.data);
         let cap = self.cfg.limits.queue_per_agent;
         let corr_id = format!("corr_{}", m.id);
         let mut cmds = Vec::new();

@@ -151,6 +151,12 @@ async fn detached(
         .unwrap_or_else(|e| Err(GroupxError::new(ErrorCode::Unavailable, e.to_string())))
 }
 
+/// The turn id of `/api/turns/:id/cancel` (slicing by hand panicked on `/api/turns/cancel`,
+/// where the prefix and the suffix overlap).
+fn cancel_target(path: &str) -> Option<&str> {
+    path.strip_prefix("/api/turns/")?.strip_suffix("/cancel")
+}
+
 async fn route(
     face: Arc<Face>,
     req: Request<Incoming>,
@@ -298,8 +304,8 @@ async fn route(
             Method::GET => sse::open(face, &req),
             _ => not_allowed(),
         },
-        p if p.starts_with("/api/turns/") && p.ends_with("/cancel") => {
-            let id = &p["/api/turns/".len()..p.len() - "/cancel".len()];
+        p if cancel_target(p).is_some() => {
+            let id = cancel_target(p).unwrap_or_default();
             if method != Method::POST {
                 return not_allowed();
             }
@@ -339,5 +345,13 @@ mod tests {
         assert!(!super::loopback_host("localhost:80", 7390));
         assert!(!super::loopback_host("evil.example:7390", 7390));
         assert!(!super::loopback_host("127.0.0.1.evil.example:7390", 7390));
+    }
+
+    #[test]
+    fn a_cancel_path_names_its_turn_and_never_overlaps_prefix_and_suffix() {
+        assert_eq!(super::cancel_target("/api/turns/t1/cancel"), Some("t1"));
+        assert_eq!(super::cancel_target("/api/turns//cancel"), Some(""));
+        assert_eq!(super::cancel_target("/api/turns/cancel"), None);
+        assert_eq!(super::cancel_target("/api/turns/t1"), None);
     }
 }

@@ -466,8 +466,30 @@ async fn run_turn(
     if !ok {
         return false;
     }
-    if !status_is(&*face.room.lock().await, &tid, &[TurnStatus::Dispatching]) {
-        return true; // cancelled before it could be dispatched
+    let now_status = face
+        .room
+        .lock()
+        .await
+        .turns
+        .get(&tid)
+        .map(|t| t.state.status);
+    match now_status {
+        Some(TurnStatus::Dispatching) => {}
+        // A cancel that waited for the dispatch commit folded right after it: the turn is
+        // `cancelling` and no prompt was written. Settle it here; returning would leave a
+        // non-terminal turn that blocks the lane forever.
+        Some(TurnStatus::Cancelling) => {
+            let body = json!({"turnId": tid, "target": target, "status": "cancelled",
+                "attemptId": attempt, "note": "cancelled before the prompt was written"});
+            return commit(
+                face,
+                &cfg.id,
+                |r| status_is(r, &tid, &[TurnStatus::Cancelling]),
+                || vec![face.ext("turn.cancelled", &corr, body.clone())],
+            )
+            .await;
+        }
+        _ => return true, // cancelled before it could be dispatched
     }
     face.current.lock().insert(cfg.id.clone(), tid.clone());
     let who = agent_ref(cfg);

@@ -232,6 +232,19 @@ async fn post(
         let room = face.room.lock().await;
         let current = face.current.lock().get(agent).cloned();
         let parent = current.and_then(|t| room.turns.get(&t).cloned());
+        // Waking agents acts for the caller's current turn (§1): a send/ask that lands after
+        // the turn ended (a tool call in flight when the user cancelled) would otherwise start
+        // a new root chain at hop 0, outside every limit and after the user said stop. A
+        // publish wakes nobody and stays possible.
+        let running = parent
+            .as_ref()
+            .is_some_and(|p| !p.state.status.is_terminal());
+        if ty != "mcp.publish" && !running {
+            return Err(GroupxError::new(
+                ErrorCode::McpBindingMismatch,
+                "no turn of yours is running: groupx.send and groupx.ask act for your current turn",
+            ));
+        }
         // §6.7: a supervisor redirects the worker it watches with steer, not send/ask.
         if let Some(w) = parent
             .as_ref()

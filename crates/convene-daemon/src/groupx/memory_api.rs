@@ -152,7 +152,10 @@ impl Face {
                 Err(conflict())
             });
         }
-        room.commands.contains_key(&key).then(|| Err(conflict()))
+        // A message with this key may still be committing (it is in `pending`, not yet in
+        // `commands`): the key is taken all the same.
+        (room.commands.contains_key(&key) || room.pending.contains_key(&key))
+            .then(|| Err(conflict()))
     }
 
     /// Refuses a `sourceEventId` that is not an event of this room.

@@ -224,7 +224,16 @@ impl Face {
             })
             .collect();
         for (turn_id, target, rec, corr) in todo {
+            // A queued turn of an agent that is no longer enabled has no lane to run it: left
+            // queued it would stay unfinished forever (and count against its chain's limits).
+            let laneless = !self.cfg.agent(&target).is_some_and(|a| a.enabled);
             let (ty, status, code, note) = match rec {
+                convene_groupx::Recovery::Requeue if laneless => (
+                    "turn.failed",
+                    "failed",
+                    Some(ErrorCode::UnknownTarget.as_str()),
+                    "the agent is no longer enabled in this room's configuration; the turn was never run",
+                ),
                 convene_groupx::Recovery::Cancel => ("turn.cancelled", "cancelled", None, "cancelled before it reached the agent"),
                 convene_groupx::Recovery::Interrupt => (
                     "turn.interrupted",

@@ -21,8 +21,15 @@ pub fn get(home: &Path, agent: &str) -> Option<String> {
     read(home).remove(agent)
 }
 
+/// Serializes [`put`]: lanes start their sessions concurrently, and two read-modify-writes of
+/// the one file (through one temporary name) lost an agent's entry or tore the file.
+static WRITE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Records the agent's native session id (write-then-rename; a failure only costs a resume).
 pub fn put(home: &Path, agent: &str, session_id: &str) {
+    let _one_writer = WRITE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let mut all = read(home);
     if all.get(agent).map(String::as_str) == Some(session_id) {
         return;

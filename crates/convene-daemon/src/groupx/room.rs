@@ -58,6 +58,8 @@ pub struct CommandRec {
     pub turns: Vec<(String, String, usize)>,
     /// The `supervision.paired` event of a supervised command.
     pub pair_event_id: Option<String>,
+    /// The worker turn a steer command steered (its answer names it again on a retry).
+    pub steer_subject: Option<String>,
 }
 
 /// The projection.
@@ -78,6 +80,8 @@ pub struct Room {
     /// Commands submitted to the ledger and not folded yet: key → target agents. Their
     /// retries wait for them, their targets count against capacity, and those lanes wait.
     pub pending: HashMap<String, Vec<String>>,
+    /// Steer commands in `pending`: key → the turn they steer (they count against its limit).
+    pub steering: HashMap<String, String>,
     /// Memory, identity and the context floor (§10.4, §10.5).
     pub memory: super::memory::Memory,
     /// Highest seq of a message from another face.
@@ -137,6 +141,7 @@ impl Room {
                     correlation_id: format!("corr_{id}"),
                     turns: Vec::new(),
                     pair_event_id: None,
+                    steer_subject: None,
                 });
                 self.foreign_head = self.foreign_head.max(seq);
             }
@@ -150,6 +155,7 @@ impl Room {
                         correlation_id: s(g, "correlationId"),
                         turns: Vec::new(),
                         pair_event_id: None,
+                        steer_subject: None,
                     };
                     self.by_message.insert(id.to_string(), key.clone());
                     self.commands.entry(key).or_insert(rec);
@@ -238,6 +244,13 @@ impl Room {
         }
         if t == "supervision.steered" {
             let subject = s(b, "subjectTurnId");
+            if let Some(c) = self
+                .by_message
+                .get(&s(b, "messageEventId"))
+                .and_then(|k| self.commands.get_mut(k))
+            {
+                c.steer_subject = Some(subject.clone());
+            }
             if let Some(x) = self.turns.get_mut(&subject) {
                 x.steers += 1;
                 x.last_steer_reason = Some(s(b, "reason"));

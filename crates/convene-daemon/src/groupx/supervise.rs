@@ -211,6 +211,22 @@ impl Face {
         agent: &str,
         s: Steer,
     ) -> Result<Value, GroupxError> {
+        // A retry answers the first result (§8.1) before anything is re-validated: the default
+        // subject is now the re-routed turn, and an interrupt must not cancel that one too.
+        let key = super::room::command_key(binding, &s.client_command_id);
+        if let Some(c) = self.room.lock().await.commands.get(&key) {
+            if c.canonical != s.canonical() {
+                return Err(GroupxError::new(
+                    ErrorCode::ClientCommandConflict,
+                    "this clientCommandId was used for another command",
+                )
+                .field("clientCommandId"));
+            }
+            let action = if s.interrupt { "interrupt" } else { "nudge" };
+            return Ok(json!({"messageEventId": c.message_event_id,
+                "subjectTurnId": c.steer_subject, "action": action,
+                "newTurnId": c.turns.first().map(|(_, id, _)| id.clone())}));
+        }
         let (watch, subject) = self
             .watch_context(agent, s.subject_turn_id.as_deref())
             .await?;
