@@ -131,7 +131,8 @@ def test_groupx_12_the_endpoint_knows_callers_only_by_their_binding(pair):
     st, _ = rpc({"jsonrpc": "2.0", "method": "notifications/initialized"})
     assert st == 202
     st, v = rpc({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
-    assert [x["name"] for x in v["result"]["tools"]] == ["groupx.send", "groupx.publish", "groupx.ask", "groupx.collect", "groupx.watch", "groupx.steer", "groupx.read"]
+    assert [x["name"] for x in v["result"]["tools"]] == ["groupx.send", "groupx.publish", "groupx.ask", "groupx.collect", "groupx.watch", "groupx.steer", "groupx.read",
+        "groupx.memory.search", "groupx.memory.remember", "groupx.core_memory_remember", "groupx.identity.read", "groupx.identity.remember"]
     st, v = rpc({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "groupx.publish",
                "arguments": {"content": "status: half done", "clientCommandId": "p1", "from": "agent:helper"}}})
     assert v["result"]["isError"] is True and v["result"]["structuredContent"]["errorCode"] == "SENDER_FIELD_FORBIDDEN"

@@ -145,7 +145,7 @@ impl Scope {
         }
     }
 
-    fn parse(s: &str, field: &str) -> Result<Self, GroupxError> {
+    pub(crate) fn parse(s: &str, field: &str) -> Result<Self, GroupxError> {
         match s {
             "room" => Ok(Scope::Room),
             "agent" => Ok(Scope::Agent),
@@ -299,7 +299,7 @@ fn fields(body: &[u8], known: &[&str]) -> Result<Map<String, Value>, GroupxError
     Ok(m)
 }
 
-fn client_command_id(m: &Map<String, Value>) -> Result<String, GroupxError> {
+pub(crate) fn client_command_id(m: &Map<String, Value>) -> Result<String, GroupxError> {
     const F: &str = "clientCommandId";
     match m.get(F) {
         Some(Value::String(s))
@@ -318,7 +318,7 @@ fn client_command_id(m: &Map<String, Value>) -> Result<String, GroupxError> {
 }
 
 /// A required non-blank text of at most `max` bytes (over it: `MESSAGE_TOO_LARGE`).
-fn text(m: &Map<String, Value>, f: &str, max: usize) -> Result<String, GroupxError> {
+pub(crate) fn text(m: &Map<String, Value>, f: &str, max: usize) -> Result<String, GroupxError> {
     match m.get(f) {
         Some(Value::String(s)) if s.trim().is_empty() => Err(invalid(format!("{f} is empty"), f)),
         Some(Value::String(s)) if s.len() > max => Err(GroupxError::new(
@@ -344,7 +344,7 @@ fn opt_str<'a>(m: &'a Map<String, Value>, f: &str) -> Result<Option<&'a str>, Gr
 }
 
 /// `agent:<id>`, or `UNKNOWN_ACTOR`.
-fn agent_id(s: &str, f: &str) -> Result<String, GroupxError> {
+pub(crate) fn agent_id(s: &str, f: &str) -> Result<String, GroupxError> {
     if agent_ledger_id(s).is_some() {
         Ok(s.to_string())
     } else {

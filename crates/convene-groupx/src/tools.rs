@@ -4,6 +4,10 @@
 use serde_json::{json, Map, Value};
 
 use crate::error::{ErrorCode, GroupxError};
+use crate::memory::{
+    agent_id, client_command_id, text, AgentMemoryType, RememberIdentity, RememberMemory, Scope,
+    AUTHOR_FIELDS, MAX_KIND,
+};
 use crate::request::{Recipients, SENDER_FIELDS};
 
 /// The longest a tool may wait (§6.3).
@@ -289,6 +293,172 @@ pub fn parse_steer(v: &Value, max_content: usize) -> Result<Steer, GroupxError> 
     })
 }
 
+/// `groupx.memory.search` (§12): room memory and the caller's own agent memory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemorySearch {
+    /// Case-insensitive substring of the content (none: every record).
+    pub query: Option<String>,
+    /// Only room or only the caller's agent scope (none: both).
+    pub scope: Option<Scope>,
+    /// At most this many (1-[`MAX_SEARCH`], default 20).
+    pub limit: usize,
+}
+
+/// `groupx.identity.read` (§12).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdentityRead {
+    /// Only this agent (`agent:<id>`); none: every roster agent.
+    pub agent_id: Option<String>,
+}
+
+/// Most records one `groupx.memory.search` returns.
+pub const MAX_SEARCH: usize = 100;
+
+/// Arguments of a memory tool: sender and author fields refused first (the author is the
+/// binding), then the record fields the broker fixes, then anything unknown.
+fn memory_args(
+    v: &Value,
+    known: &[&str],
+    fixed: &[&str],
+) -> Result<Map<String, Value>, GroupxError> {
+    if let Some(f) = v.as_object().and_then(|m| {
+        SENDER_FIELDS
+            .iter()
+            .chain(AUTHOR_FIELDS)
+            .find(|f| m.contains_key(**f))
+    }) {
+        return Err(GroupxError::new(
+            ErrorCode::SenderFieldForbidden,
+            format!("`{f}` may not be given: the author is this session's binding"),
+        )
+        .field(f));
+    }
+    if let Some(f) = v
+        .as_object()
+        .and_then(|m| fixed.iter().find(|f| m.contains_key(**f)))
+    {
+        return Err(bad(
+            format!("`{f}` may not be given: the broker fixes it to you (your binding)"),
+            f,
+        ));
+    }
+    args(v, known)
+}
+
+/// What the broker fixes on a record an agent writes about itself.
+const SELF_FIELDS: &[&str] = &[
+    "scope",
+    "subject",
+    "subjectActorId",
+    "agentMemoryType",
+    "binding",
+    "agentId",
+];
+
+/// Parses `groupx.memory.search`.
+pub fn parse_memory_search(v: &Value) -> Result<MemorySearch, GroupxError> {
+    let m = memory_args(v, &["query", "scope", "limit"], &[])?;
+    let query = match m.get("query") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(q)) if q.trim().is_empty() => None,
+        Some(Value::String(q)) => Some(q.clone()),
+        _ => return Err(bad("query must be a string", "query")),
+    };
+    let scope = match m.get("scope") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(Scope::parse(s, "scope")?),
+        _ => return Err(bad("scope is `room` or `agent`", "scope")),
+    };
+    let limit = match m.get("limit") {
+        None | Some(Value::Null) => 20,
+        Some(v) => v
+            .as_u64()
+            .filter(|n| (1..=MAX_SEARCH as u64).contains(n))
+            .ok_or_else(|| bad(format!("limit must be 1-{MAX_SEARCH}"), "limit"))?
+            as usize,
+    };
+    Ok(MemorySearch {
+        query,
+        scope,
+        limit,
+    })
+}
+
+/// Parses `groupx.memory.remember`: a public room record authored by the caller.
+pub fn parse_memory_remember(v: &Value, max: usize) -> Result<RememberMemory, GroupxError> {
+    let m = memory_args(
+        v,
+        &["content", "clientCommandId", "sourceEventId"],
+        &["scope", "agentMemoryType", "binding"],
+    )?;
+    Ok(RememberMemory {
+        client_command_id: client_command_id(&m)?,
+        scope: Scope::Room,
+        subject_actor_id: None,
+        agent_memory_type: None,
+        content: text(&m, "content", max)?,
+        source_event_id: opt_str(&m, "sourceEventId")?,
+    })
+}
+
+/// Parses `groupx.core_memory_remember`: the caller's (`caller`, `agent:<id>`) own core
+/// memory; scope, subject and author come from the binding, never the arguments (§12).
+pub fn parse_core_memory_remember(
+    v: &Value,
+    caller: &str,
+    max: usize,
+) -> Result<RememberMemory, GroupxError> {
+    let m = memory_args(v, &["content", "clientCommandId"], SELF_FIELDS)?;
+    Ok(RememberMemory {
+        client_command_id: client_command_id(&m)?,
+        scope: Scope::Agent,
+        subject_actor_id: Some(caller.to_string()),
+        agent_memory_type: Some(AgentMemoryType::Core),
+        content: text(&m, "content", max)?,
+        source_event_id: None,
+    })
+}
+
+/// Parses `groupx.identity.read`.
+pub fn parse_identity_read(v: &Value) -> Result<IdentityRead, GroupxError> {
+    let m = memory_args(v, &["agentId"], &[])?;
+    Ok(IdentityRead {
+        agent_id: opt_str(&m, "agentId")?
+            .map(|a| agent_id(&a, "agentId"))
+            .transpose()?,
+    })
+}
+
+/// Parses `groupx.identity.remember`: an identity record about the caller (`agent:<id>`).
+pub fn parse_identity_remember(
+    v: &Value,
+    caller: &str,
+    max: usize,
+) -> Result<RememberIdentity, GroupxError> {
+    let m = memory_args(v, &["kind", "content", "clientCommandId"], SELF_FIELDS)?;
+    let client_command_id = client_command_id(&m)?;
+    let kind = match m.get("kind") {
+        Some(Value::String(k))
+            if !k.trim().is_empty() && k.len() <= MAX_KIND && !k.chars().any(char::is_control) =>
+        {
+            k.clone()
+        }
+        _ => {
+            return Err(bad(
+                format!("kind must be a 1-{MAX_KIND} byte string without control characters"),
+                "kind",
+            ))
+        }
+    };
+    Ok(RememberIdentity {
+        client_command_id,
+        subject_actor_id: caller.to_string(),
+        kind,
+        content: text(&m, "content", max)?,
+        source_event_id: None,
+    })
+}
+
 /// `tools/list`: the member tools of this slice.
 pub fn list() -> Value {
     let to = json!({"type": "array", "items": {"type": "string"}, "minItems": 1,
@@ -299,6 +469,7 @@ pub fn list() -> Value {
     let cid = json!({"type": "string", "description": "your retry key: the same key and payload never create a second message"});
     let fwd = json!({"type": ["string", "null"], "description": "forward this message (by reference: its author stays its own)"});
     let wait = json!({"type": "integer", "minimum": 0, "maximum": MAX_WAIT_MS});
+    let mem = json!({"type": "string", "description": "the record's text"});
     json!({"tools": [
         {"name": "groupx.send",
          "description": "Post a message to the room and give each target a new turn (asynchronous: returns at once with the queued turns). A target already working gets the turn after its current one.",
@@ -329,7 +500,27 @@ pub fn list() -> Value {
         {"name": "groupx.read",
          "description": "Read room events (messages and turn outcomes), optionally of one correlation chain, after a seq.",
          "inputSchema": {"type": "object", "properties": {"correlationId": {"type": "string"}, "afterSeq": {"type": "integer", "minimum": 0},
-                         "limit": {"type": "integer", "minimum": 1, "maximum": 200}}, "additionalProperties": false}}
+                         "limit": {"type": "integer", "minimum": 1, "maximum": 200}}, "additionalProperties": false}},
+        {"name": "groupx.memory.search",
+         "description": "Search the room's public memory and your own agent memory (case-insensitive substring of the content), newest first. Other agents' private memory is never returned.",
+         "inputSchema": {"type": "object", "properties": {"query": {"type": "string"}, "scope": {"enum": ["room", "agent"]},
+                         "limit": {"type": "integer", "minimum": 1, "maximum": MAX_SEARCH}}, "additionalProperties": false}},
+        {"name": "groupx.memory.remember",
+         "description": "Add a public room memory record (a fact, a decision) that every agent and the human can read; you are its author.",
+         "inputSchema": {"type": "object", "properties": {"content": mem, "clientCommandId": cid,
+                         "sourceEventId": {"type": "string", "description": "the room event it comes from"}},
+                         "required": ["content", "clientCommandId"], "additionalProperties": false}},
+        {"name": "groupx.core_memory_remember",
+         "description": "Add to your own core memory: stable notes about how you work here. It is shown to you at the start of every turn and to no other agent.",
+         "inputSchema": {"type": "object", "properties": {"content": mem, "clientCommandId": cid},
+                         "required": ["content", "clientCommandId"], "additionalProperties": false}},
+        {"name": "groupx.identity.read",
+         "description": "Read the current identity records of one agent (agentId) or of every agent in the room.",
+         "inputSchema": {"type": "object", "properties": {"agentId": {"type": "string", "description": "agent:<id>"}}, "additionalProperties": false}},
+        {"name": "groupx.identity.remember",
+         "description": "Record an aspect of your own identity (kind, e.g. role or expertise). It is always about you.",
+         "inputSchema": {"type": "object", "properties": {"kind": {"type": "string", "maxLength": MAX_KIND}, "content": mem, "clientCommandId": cid},
+                         "required": ["kind", "content", "clientCommandId"], "additionalProperties": false}}
     ]})
 }
 
@@ -383,7 +574,12 @@ mod tests {
                 "groupx.collect",
                 "groupx.watch",
                 "groupx.steer",
-                "groupx.read"
+                "groupx.read",
+                "groupx.memory.search",
+                "groupx.memory.remember",
+                "groupx.core_memory_remember",
+                "groupx.identity.read",
+                "groupx.identity.remember"
             ]
         );
         assert!(parse_steer(
@@ -400,6 +596,109 @@ mod tests {
             parse_watch(&json!({"until": "terminal"}))
                 .unwrap()
                 .until_terminal
+        );
+    }
+
+    #[test]
+    fn memory_tools_fix_the_author_and_subject_to_the_caller() {
+        let core = parse_core_memory_remember(
+            &json!({"content": "I review Rust", "clientCommandId": "k"}),
+            "agent:a",
+            100,
+        )
+        .unwrap();
+        assert_eq!(core.subject_actor_id.as_deref(), Some("agent:a"));
+        assert_eq!(core.scope, Scope::Agent);
+        assert_eq!(core.agent_memory_type, Some(AgentMemoryType::Core));
+        for f in [
+            "scope",
+            "subjectActorId",
+            "subject",
+            "binding",
+            "agentMemoryType",
+        ] {
+            let mut a = json!({"content": "x", "clientCommandId": "k"});
+            a[f] = json!("agent:b");
+            let e = parse_core_memory_remember(&a, "agent:a", 100).unwrap_err();
+            assert_eq!(
+                (e.code, e.field.as_deref()),
+                (ErrorCode::InvalidEnvelope, Some(f))
+            );
+            let e = parse_identity_remember(
+                &json!({"kind": "role", "content": "x", "clientCommandId": "k", f: "agent:b"}),
+                "agent:a",
+                100,
+            )
+            .unwrap_err();
+            assert_eq!(e.code, ErrorCode::InvalidEnvelope, "{f}");
+        }
+        for f in ["from", "author", "authorActorId", "actorId"] {
+            let e = parse_memory_remember(
+                &json!({"content": "x", "clientCommandId": "k", f: "agent:b", "scope": "agent"}),
+                100,
+            )
+            .unwrap_err();
+            assert_eq!(e.code, ErrorCode::SenderFieldForbidden, "{f}");
+            let e = parse_core_memory_remember(
+                &json!({"content": "x", "clientCommandId": "k", f: "agent:b"}),
+                "agent:a",
+                100,
+            )
+            .unwrap_err();
+            assert_eq!(e.code, ErrorCode::SenderFieldForbidden, "{f}");
+        }
+        let room = parse_memory_remember(
+            &json!({"content": "x", "clientCommandId": "k", "sourceEventId": "evt_1"}),
+            100,
+        )
+        .unwrap();
+        assert_eq!((room.scope, room.subject_actor_id), (Scope::Room, None));
+        assert_eq!(room.source_event_id.as_deref(), Some("evt_1"));
+        let e = parse_memory_remember(
+            &json!({"content": "x".repeat(101), "clientCommandId": "k"}),
+            100,
+        )
+        .unwrap_err();
+        assert_eq!(e.code, ErrorCode::MessageTooLarge);
+        assert!(parse_memory_remember(&json!({"content": "x"}), 100).is_err());
+        let id = parse_identity_remember(
+            &json!({"kind": "role", "content": "reviewer", "clientCommandId": "k"}),
+            "agent:a",
+            100,
+        )
+        .unwrap();
+        assert_eq!(
+            (id.subject_actor_id.as_str(), id.kind.as_str()),
+            ("agent:a", "role")
+        );
+        assert!(parse_identity_remember(
+            &json!({"kind": "", "content": "x", "clientCommandId": "k"}),
+            "agent:a",
+            100
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn memory_search_and_identity_read_are_bounded() {
+        let s = parse_memory_search(&json!({})).unwrap();
+        assert_eq!((s.query, s.scope, s.limit), (None, None, 20));
+        let s =
+            parse_memory_search(&json!({"query": "Rust", "scope": "agent", "limit": 100})).unwrap();
+        assert_eq!(
+            (s.query.as_deref(), s.scope),
+            (Some("Rust"), Some(Scope::Agent))
+        );
+        assert!(parse_memory_search(&json!({"limit": 101})).is_err());
+        assert!(parse_memory_search(&json!({"limit": 0})).is_err());
+        assert!(parse_memory_search(&json!({"scope": "everyone"})).is_err());
+        assert!(parse_memory_search(&json!({"subjectActorId": "agent:b"})).is_err());
+        assert_eq!(parse_identity_read(&json!({})).unwrap().agent_id, None);
+        assert_eq!(
+            parse_identity_read(&json!({"agentId": "codex"}))
+                .unwrap_err()
+                .code,
+            ErrorCode::UnknownActor
         );
     }
 }

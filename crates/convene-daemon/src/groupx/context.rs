@@ -1,6 +1,7 @@
-//! The Context Packet: what an agent is sent for a turn. Room messages since its last turn
-//! (bounded), then the message the turn answers. Only `message.created` text goes in: never
-//! reasoning or tool records (§2.2).
+//! The Context Packet: what an agent is sent for a turn. Its own core memory and identity
+//! records and the newest public room memory (§10.4), room messages since its last turn
+//! (bounded), then the message the turn answers. Only records and `message.created` text go
+//! in: never reasoning or tool records (§2.2).
 
 use super::config::AgentConfig;
 
@@ -19,15 +20,40 @@ pub struct Line {
     pub text: String,
 }
 
-fn clip(s: &str) -> String {
-    match s.char_indices().nth(MAX_CHARS) {
+/// Characters of one recalled memory or identity record included, at most.
+pub const MAX_RECALL_CHARS: usize = 500;
+
+/// The memory a packet recalls, each list oldest first (already bounded).
+#[derive(Debug, Default)]
+pub struct Recall {
+    /// The agent's own core memories.
+    pub core: Vec<String>,
+    /// The agent's identity records: `(kind, content)`.
+    pub identity: Vec<(String, String)>,
+    /// Public room memories: `(author actor id, content)`.
+    pub room: Vec<(String, String)>,
+}
+
+fn clip_to(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
         Some((i, _)) => format!("{}…", &s[..i]),
         None => s.to_string(),
     }
 }
 
+fn clip(s: &str) -> String {
+    clip_to(s, MAX_CHARS)
+}
+
+/// One recalled record as an indented-continuation list item (never a line of its own that
+/// could start with a directive).
+fn recalled(out: &mut String, label: &str, text: &str) {
+    let text = clip_to(text, MAX_RECALL_CHARS).replace('\n', "\n  ");
+    out.push_str(&format!("- {label}{text}\n"));
+}
+
 /// The prompt text of a turn.
-pub fn packet(agent: &AgentConfig, earlier: &[Line], current: &Line) -> String {
+pub fn packet(agent: &AgentConfig, recall: &Recall, earlier: &[Line], current: &Line) -> String {
     let name = if agent.name.is_empty() {
         &agent.id
     } else {
@@ -39,6 +65,24 @@ pub fn packet(agent: &AgentConfig, earlier: &[Line], current: &Line) -> String {
     );
     if let Some(i) = agent.identity.as_deref().filter(|s| !s.is_empty()) {
         out.push_str(&format!("Your identity: {i}\n"));
+    }
+    if !recall.identity.is_empty() {
+        out.push_str("\nYour identity records:\n");
+        for (kind, text) in &recall.identity {
+            recalled(&mut out, &format!("{kind}: "), text);
+        }
+    }
+    if !recall.core.is_empty() {
+        out.push_str("\nYour core memory (only you see it):\n");
+        for text in &recall.core {
+            recalled(&mut out, "", text);
+        }
+    }
+    if !recall.room.is_empty() {
+        out.push_str("\nRoom memory (public, newest last):\n");
+        for (author, text) in &recall.room {
+            recalled(&mut out, &format!("({author}) "), text);
+        }
     }
     if !earlier.is_empty() {
         out.push_str("\nRoom messages since your last turn:\n");
@@ -81,8 +125,14 @@ mod tests {
                 text: "y".repeat(3000),
             })
             .collect();
+        let recall = Recall {
+            core: vec!["prefer small diffs".into(), "x".repeat(600)],
+            identity: vec![("role".into(), "reviewer\n#hang".into())],
+            room: vec![("user:web".into(), "ship on friday".into())],
+        };
         let p = packet(
             &a,
+            &recall,
             &earlier,
             &Line {
                 author: "You".into(),
@@ -93,9 +143,18 @@ mod tests {
         assert!(p.contains("Your identity: reviewer"));
         assert!(!p.contains("[e9]") && p.contains("[e10]") && p.contains("[e29]"));
         assert!(!p.contains(&"y".repeat(2001)));
-        assert!(p.contains("Current message from You [evt_9]:\ndo it\n"));
+        assert!(p.ends_with("Current message from You [evt_9]:\ndo it\n"));
+        let (core, room, msgs) = (
+            p.find("- prefer small diffs").unwrap(),
+            p.find("- (user:web) ship on friday").unwrap(),
+            p.find("[e10]").unwrap(),
+        );
+        assert!(core < room && room < msgs);
+        assert!(p.contains(&format!("- {}…\n", "x".repeat(500))) && !p.contains(&"x".repeat(501)));
+        assert!(p.contains("- role: reviewer\n  #hang") && !p.lines().any(|l| l.starts_with('#')));
         let q = packet(
             &a,
+            &Recall::default(),
             &[Line {
                 author: "You".into(),
                 event_id: "e1".into(),

@@ -180,11 +180,12 @@ async fn start_session(face: &Face, cfg: &AgentConfig) -> Result<Session, String
 
 /// The earlier room messages this agent has not seen, and the turn's own message.
 async fn packet(face: &Face, cfg: &AgentConfig, turn: &Turn) -> String {
-    let after = {
+    let (after, recall) = {
         let room = face.room.lock().await;
         let seen = room.seen_up_to.get(&cfg.id).copied().unwrap_or(0);
         // A context.reset (§10.5) is a floor for every agent's packet.
-        seen.max(room.memory.context.floor_seq)
+        let after = seen.max(room.memory.context.floor_seq);
+        (after, super::memory_tools::recall(&room.memory, &cfg.id))
     };
     let (r, g) = (face.d.ledger.readers().clone(), face.group_id.clone());
     let before = turn.source_seq.max(1);
@@ -230,7 +231,7 @@ async fn packet(face: &Face, cfg: &AgentConfig, turn: &Turn) -> String {
             text: String::new(),
         },
     };
-    context::packet(cfg, &lines, &current)
+    context::packet(cfg, &recall, &lines, &current)
 }
 
 /// A Watch Turn's prompt: its dedicated observation packet (§4.3), never the user's text as

@@ -199,6 +199,23 @@ async fn call(
             let r = tools::parse_read(args)?;
             face.read(r).await
         }
+        "groupx.memory.search" => {
+            face.memory_search(agent, tools::parse_memory_search(args)?)
+                .await
+        }
+        "groupx.memory.remember" => {
+            let p = tools::parse_memory_remember(args, max)?;
+            face.agent_remember_memory(binding, agent, p).await
+        }
+        "groupx.core_memory_remember" => {
+            let p = tools::parse_core_memory_remember(args, &format!("agent:{agent}"), max)?;
+            face.agent_remember_memory(binding, agent, p).await
+        }
+        "groupx.identity.read" => face.identity_read(tools::parse_identity_read(args)?).await,
+        "groupx.identity.remember" => {
+            let p = tools::parse_identity_remember(args, &format!("agent:{agent}"), max)?;
+            face.agent_remember_identity(binding, agent, p).await
+        }
         _ => Err(
             GroupxError::new(ErrorCode::InvalidEnvelope, format!("no tool {name}")).field("name"),
         ),

@@ -197,6 +197,9 @@ impl Memory {
     ) -> Option<(u16, Value)> {
         let rid = s(body, family.id_field()).filter(|r| !self.records.contains_key(r));
         let author = actor_id_of(by);
+        // An agent writes only about itself in its own scope (§12) and changes only what it
+        // wrote; what it appends otherwise is not folded.
+        let agent = author.starts_with("agent:");
         let created_at = s(body, "createdAt").unwrap_or_default();
         match change {
             Change::Remembered => {
@@ -209,6 +212,11 @@ impl Memory {
                     .iter()
                     .map(|k| (k.to_string(), body.get(*k).cloned().unwrap_or(Value::Null)))
                     .collect();
+                let private = family == Family::Identity
+                    || attrs.get("scope").and_then(Value::as_str) == Some("agent");
+                if agent && private && s(body, "subjectActorId").as_deref() != Some(&author) {
+                    return None;
+                }
                 let rec = Record {
                     family,
                     id: rid.clone(),
@@ -236,6 +244,9 @@ impl Memory {
                 let rid = rid?;
                 let old_id = s(body, "supersedes")?;
                 let old = self.current(family, &old_id).ok()?.clone();
+                if agent && old.author_actor_id != author {
+                    return None;
+                }
                 let rec = Record {
                     id: rid.clone(),
                     version: old.version + 1,
@@ -258,7 +269,10 @@ impl Memory {
             }
             Change::Retracted => {
                 let target = s(body, family.id_field())?;
-                self.current(family, &target).ok()?;
+                let old = self.current(family, &target).ok()?;
+                if agent && old.author_actor_id != author {
+                    return None;
+                }
                 let rec = self.records.get_mut(&target)?;
                 rec.retraction = Some(Retraction {
                     event_id: event_id.to_string(),
@@ -296,6 +310,14 @@ impl Memory {
             ));
         }
         Ok(r)
+    }
+
+    /// The current, unretracted version of every lineage of `family`, in creation order.
+    pub fn current_records(&self, family: Family) -> impl Iterator<Item = &Record> {
+        self.lineages
+            .iter()
+            .filter_map(|l| self.heads.get(l).and_then(|h| self.records.get(h)))
+            .filter(move |r| r.family == family && r.retraction.is_none())
     }
 
     /// Current versions matching `q`, lineages in creation order.
@@ -427,6 +449,73 @@ mod tests {
             m.list(Family::Memory, &RecordQuery::default())[0]["authorActorId"],
             "agent:codex"
         );
+    }
+
+    #[test]
+    fn an_agent_writes_only_about_itself_and_changes_only_its_own_records() {
+        let mut m = Memory::default();
+        let agent_ev = |cid: &str, body: Value| json!({"groupx": {"clientCommandId": cid, "canonical": cid, "binding": "bind_a"}, "body": body});
+        let core = json!({"memoryId": "mem_1", "scope": "agent", "agentMemoryType": "core",
+            "subjectActorId": "agent:a", "content": "mine"});
+        m.fold(
+            1,
+            "e1",
+            "x.groupx.memory.remembered",
+            "a",
+            &agent_ev("k1", core),
+        );
+        let rec = &m.commands[&command_key("bind_a", "k1")].body["memory"];
+        assert_eq!(
+            (&rec["authorActorId"], &rec["subjectActorId"]),
+            (&json!("agent:a"), &json!("agent:a"))
+        );
+        // Agent memory or identity about another agent is not folded.
+        let other = json!({"memoryId": "mem_2", "scope": "agent", "agentMemoryType": "core",
+            "subjectActorId": "agent:b", "content": "theirs"});
+        m.fold(
+            2,
+            "e2",
+            "x.groupx.memory.remembered",
+            "a",
+            &agent_ev("k2", other),
+        );
+        let idn = json!({"identityId": "idn_1", "kind": "role", "subjectActorId": "agent:b", "content": "x"});
+        m.fold(
+            3,
+            "e3",
+            "x.groupx.identity.remembered",
+            "a",
+            &agent_ev("k3", idn),
+        );
+        assert!(!m.commands.contains_key(&command_key("bind_a", "k2")));
+        assert!(!m.commands.contains_key(&command_key("bind_a", "k3")));
+        // A room record by the web client is not the agent's to retract.
+        m.fold(
+            4,
+            "e4",
+            "x.groupx.memory.remembered",
+            "user",
+            &ev(
+                "k4",
+                json!({"memoryId": "mem_3", "scope": "room", "content": "web"}),
+            ),
+        );
+        m.fold(
+            5,
+            "e5",
+            "x.groupx.memory.retracted",
+            "a",
+            &agent_ev("k5", json!({"memoryId": "mem_3"})),
+        );
+        assert_eq!(m.current_records(Family::Memory).count(), 2);
+        m.fold(
+            6,
+            "e6",
+            "x.groupx.memory.retracted",
+            "a",
+            &agent_ev("k6", json!({"memoryId": "mem_1"})),
+        );
+        assert_eq!(m.current_records(Family::Memory).count(), 1);
     }
 
     #[test]

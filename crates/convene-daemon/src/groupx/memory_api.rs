@@ -159,7 +159,7 @@ impl Face {
     }
 
     /// Refuses a `sourceEventId` that is not an event of this room.
-    async fn check_source(&self, source: Option<&str>) -> Result<(), GroupxError> {
+    pub(super) async fn check_source(&self, source: Option<&str>) -> Result<(), GroupxError> {
         let Some(src) = source else {
             return Ok(());
         };
@@ -199,8 +199,8 @@ impl Face {
         }
     }
 
-    /// Commits one `x.groupx.<ty>` event for the command `cid` and answers what the fold
-    /// recorded for it.
+    /// Commits one `x.groupx.<ty>` event for the web client's command `cid` and answers what
+    /// the fold recorded for it.
     #[allow(clippy::too_many_arguments)]
     async fn commit_command(
         &self,
@@ -209,6 +209,23 @@ impl Face {
         ty: &str,
         cid: &str,
         canonical: &str,
+        causation: Option<&str>,
+        body: Value,
+    ) -> Result<(u16, Value), GroupxError> {
+        self.commit_for(room, by, USER_WEB, ty, (cid, canonical), causation, body)
+            .await
+    }
+
+    /// Commits one `x.groupx.<ty>` event by ledger principal `by` for the command
+    /// `(clientCommandId, canonical)` of `binding`, and answers what the fold recorded for it.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn commit_for(
+        &self,
+        room: &mut MutexGuard<'_, Room>,
+        by: &str,
+        binding: &str,
+        ty: &str,
+        (cid, canonical): (&str, &str),
         causation: Option<&str>,
         body: Value,
     ) -> Result<(u16, Value), GroupxError> {
@@ -222,7 +239,7 @@ impl Face {
         gx.insert("to".into(), Value::Array(Vec::new()));
         gx.insert("clientCommandId".into(), cid.into());
         gx.insert("canonical".into(), canonical.into());
-        gx.insert("binding".into(), USER_WEB.into());
+        gx.insert("binding".into(), binding.into());
         let cmd = Command::AppendExtension {
             group_id: self.group_id.clone(),
             by: by.into(),
@@ -232,7 +249,7 @@ impl Face {
         self.append(room, vec![cmd]).await?;
         room.memory
             .commands
-            .get(&command_key(USER_WEB, cid))
+            .get(&command_key(binding, cid))
             .map(|a| (a.status, a.body.clone()))
             .ok_or_else(|| GroupxError::new(ErrorCode::StorageError, "command not folded"))
     }

@@ -18,6 +18,7 @@ mod lane;
 mod mcp;
 mod memory;
 mod memory_api;
+mod memory_tools;
 mod native_sessions;
 mod operator;
 pub mod room;
