@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 import threading
+import time
 import uuid
 
 from conftest import Daemon
@@ -382,5 +383,65 @@ def test_a_turn_woken_by_another_face_gets_the_room_context_like_any_other(home,
         assert "ABC-123" in text, text
         # The message itself is the current one, not an "earlier" one.
         assert text.count("what is the code?") == 1, text
+    finally:
+        d.stop()
+
+
+def _room_gid(gx: GX) -> str:
+    groups = gx.d.raw({"v": 1, "op": "groups", "args": {}})["result"]["groups"]
+    return next(g["group_id"] for g in groups if g["title"] == "groupx main")
+
+
+def test_imported_history_wakes_nobody_and_its_turns_never_rerun(home):
+    """An import is history: a message naming an agent and a queued turn from an exported room
+    must not run, live or after a restart."""
+    d = start(home, [agent("echo")])
+    gx = GX(d)
+    gid = _room_gid(gx)
+    old = [
+        {"v": 1, "id": "imp-msg", "ts": "2001-01-01T00:00:00.000000Z", "kind": "chat.message", "by": "user",
+         "data": {"text": "old question", "to": ["echo"]}},
+        {"v": 1, "id": "imp-turn", "ts": "2001-01-01T00:00:01.000000Z", "kind": "x.groupx.turn.queued", "by": "system",
+         "data": {"groupx": {"correlationId": "c0", "rootCorrelationId": "c0"},
+                  "body": {"turnId": "turn_old", "target": "agent:echo", "sourceEventId": "imp-msg"}}},
+    ]
+    r = d.raw({"v": 1, "op": "ledger_import", "args": {"group_id": gid, "events": old}})
+    assert r["ok"] is True, r
+    time.sleep(1.0)
+    assert not any(e["type"] == "turn.queued" and e["body"].get("sourceEventId") == "imp-msg" and e["body"]["turnId"] != "turn_old"
+                   for e in gx.events())
+    d.stop()
+    d = Daemon(home, ["--groupx", "127.0.0.1:0"]).start()
+    try:
+        gx = GX(d)
+        time.sleep(1.0)
+        assert not any(e["type"] == "turn.dispatched" for e in gx.events()), "an imported turn ran"
+        assert gx.boot()["turns"] == []
+    finally:
+        d.stop()
+
+
+def test_cursors_past_the_stored_range_are_refused_not_read_from_the_start(home):
+    d = start(home, [agent("echo")])
+    try:
+        gx = GX(d)
+        st, v = gx.call("GET", f"/api/events?afterSeq={2**63}")
+        assert st == 400 and v["error"]["code"] == "INVALID_ENVELOPE"
+    finally:
+        d.stop()
+
+
+def test_an_answer_the_ledger_refuses_fails_the_turn_instead_of_stalling_the_lane(home):
+    """The agent's actor is removed over the CCCS IPC mid-turn: its answer can no longer be
+    written. Before, the lane retried that commit every second forever."""
+    d = start(home, [agent("echo")])
+    try:
+        gx = GX(d)
+        t = gx.ok_post(["agent:echo"], "long one\n#slow 15")["turns"][0]["turnId"]
+        gx.wait_type(t, "turn.started")
+        r = d.raw({"v": 1, "op": "actor_remove", "args": {"group_id": _room_gid(gx), "actor_id": "echo", "by": "user"}})
+        assert r["ok"] is True, r
+        end = gx.wait_terminal(t)
+        assert end["type"] == "turn.failed" and end["body"]["errorCode"] == "RESPONSE_REFUSED", end
     finally:
         d.stop()

@@ -33,6 +33,8 @@ pub enum ErrorCode {
     AgentExited,
     /// The agent answered the prompt with a JSON-RPC error.
     AgentError,
+    /// The ledger refused the turn's answer (e.g. the agent was removed over another face).
+    ResponseRefused,
     /// The turn was running when the broker stopped; it is not re-run (§5).
     InterruptedByRestart,
     /// The turn produced no output for longer than the idle limit.
@@ -115,6 +117,7 @@ const TABLE: &[(ErrorCode, &str, u16)] = &[
     (ErrorCode::SessionFailed, "SESSION_FAILED", 502),
     (ErrorCode::AgentExited, "AGENT_EXITED", 502),
     (ErrorCode::AgentError, "AGENT_ERROR", 502),
+    (ErrorCode::ResponseRefused, "RESPONSE_REFUSED", 502),
     (
         ErrorCode::InterruptedByRestart,
         "INTERRUPTED_BY_RESTART",

@@ -187,9 +187,11 @@ pub fn parse_read(v: &Value) -> Result<Read, GroupxError> {
     let m = args(v, &["correlationId", "afterSeq", "limit"])?;
     let after_seq = match m.get("afterSeq") {
         None | Some(Value::Null) => 0,
+        // Seqs are stored as SQLite integers: a cursor past i64::MAX names no point.
         Some(v) => v
             .as_u64()
-            .ok_or_else(|| bad("afterSeq must be a non-negative integer", "afterSeq"))?,
+            .filter(|n| i64::try_from(*n).is_ok())
+            .ok_or_else(|| bad("afterSeq must be an integer from 0 to 2^63-1", "afterSeq"))?,
     };
     let limit = match m.get("limit") {
         None | Some(Value::Null) => 50,

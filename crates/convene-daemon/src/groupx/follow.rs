@@ -76,6 +76,15 @@ impl Face {
         if m.data.get("groupx").is_some() {
             return; // the broker's own message: its turns were made with it
         }
+        let imported = self
+            .d
+            .ledger
+            .engine()
+            .group(&self.group_id)
+            .is_some_and(|g| g.is_imported(m.seq));
+        if imported {
+            return; // history wakes nobody
+        }
         let named = self.named_agents(&m.data, &m.by);
         if named.is_empty() {
             return;

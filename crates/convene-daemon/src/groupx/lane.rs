@@ -33,6 +33,22 @@ const CANCEL_GRACE: Duration = Duration::from_secs(10);
 const MAX_RESPONSE: usize = 200 * 1024;
 /// Largest reasoning record.
 const MAX_REASONING: usize = 64 * 1024;
+/// Most tool records one turn keeps.
+const MAX_TOOLS: usize = 256;
+
+/// Appends while `buf` is under `cap` bytes (never splitting a character).
+fn push_bounded(buf: &mut String, t: &str, cap: usize) {
+    let room = cap.saturating_sub(buf.len());
+    if room >= t.len() {
+        buf.push_str(t);
+        return;
+    }
+    let mut i = room;
+    while i > 0 && !t.is_char_boundary(i) {
+        i -= 1;
+    }
+    buf.push_str(&t[..i]);
+}
 
 /// A live agent session.
 struct Session {
@@ -120,9 +136,13 @@ async fn commit(
     face: &Face,
     agent: &str,
     check: impl Fn(&super::room::Room) -> bool,
-    cmds: impl Fn() -> Vec<Command>,
+    cmds: impl Fn(bool) -> Vec<Command>,
 ) -> bool {
     let mut shutdown = face.d.shutdown_rx();
+    // After the engine refuses the commands (not a storage failure), `cmds(true)` is tried:
+    // the terminal commit then leaves out what was refused, so a lane never spins forever
+    // on a write that can never succeed (e.g. the agent's actor was removed elsewhere).
+    let mut refused = false;
     loop {
         let room = face.room.lock().await;
         if !check(&room) {
@@ -130,8 +150,15 @@ async fn commit(
         }
         // The lock is released during the fsync (other senders share the commit); the agent
         // is marked busy meanwhile, so a cancel of its turn waits for this fold.
-        match face.append_released(room, agent, cmds()).await {
+        match face.append_released(room, agent, cmds(refused)).await {
             Ok(()) => return true,
+            Err(e)
+                if !refused
+                    && !matches!(e.code, ErrorCode::StorageError | ErrorCode::Unavailable) =>
+            {
+                tracing::warn!(error = %e, "groupx: the ledger refused a lane commit; trying without what it refused");
+                refused = true;
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "groupx: ledger write failed; retrying");
                 tokio::select! {
@@ -292,14 +319,16 @@ impl Gathered {
         let (kind, body) = match u {
             Update::MessageChunk(t) => {
                 face.note_progress(turn_id, |p| p.text(&t));
-                self.text.push_str(&t);
+                // Kept up to what the answer can hold (it is clipped there): a runaway agent
+                // cannot grow the broker's memory without bound; the live deltas still flow.
+                push_bounded(&mut self.text, &t, MAX_RESPONSE + 64);
                 (
                     "turn.content.delta",
                     json!({"turnId": turn_id, "chunkIndex": idx, "text": t}),
                 )
             }
             Update::ThoughtChunk(t) => {
-                self.reasoning.push_str(&t);
+                push_bounded(&mut self.reasoning, &t, MAX_REASONING + 64);
                 (
                     "turn.reasoning.delta",
                     json!({"turnId": turn_id, "chunkIndex": idx, "text": t}),
@@ -314,8 +343,11 @@ impl Gathered {
                 let kind = kind.unwrap_or_else(|| "other".into());
                 let status = status.unwrap_or_else(|| "pending".into());
                 self.tools.retain(|t| t.0 != id);
-                self.tools
-                    .push((id.clone(), kind.clone(), title.clone(), status.clone()));
+                // At most MAX_TOOLS records per turn (each becomes an event of the final commit).
+                if self.tools.len() < MAX_TOOLS {
+                    self.tools
+                        .push((id.clone(), kind.clone(), title.clone(), status.clone()));
+                }
                 (
                     "tool.progress",
                     json!({"turnId": turn_id, "toolCallId": id, "nativeType": kind, "title": title, "status": status}),
@@ -394,7 +426,7 @@ async fn run_turn(
             face,
             &cfg.id,
             |_| true,
-            || vec![face.ext("session.starting", &agent_corr, body.clone())],
+            |_| vec![face.ext("session.starting", &agent_corr, body.clone())],
         )
         .await
         {
@@ -413,7 +445,7 @@ async fn run_turn(
                     face,
                     &cfg.id,
                     |_| true,
-                    || vec![face.ext(ty, &agent_corr, body.clone())],
+                    |_| vec![face.ext(ty, &agent_corr, body.clone())],
                 )
                 .await
                 {
@@ -434,7 +466,7 @@ async fn run_turn(
                     face,
                     &cfg.id,
                     |r| status_is(r, &tid, &[TurnStatus::Queued]),
-                    || {
+                    |_| {
                         vec![
                             face.ext("session.failed", &agent_corr, failed.clone()),
                             face.ext("turn.failed", &corr, tbody.clone()),
@@ -461,7 +493,7 @@ async fn run_turn(
         face,
         &cfg.id,
         |r| status_is(r, &tid, &[TurnStatus::Queued]),
-        || vec![face.ext("turn.dispatched", &corr, dispatched.clone())],
+        |_| vec![face.ext("turn.dispatched", &corr, dispatched.clone())],
     )
     .await;
     if !ok {
@@ -486,7 +518,7 @@ async fn run_turn(
                 face,
                 &cfg.id,
                 |r| status_is(r, &tid, &[TurnStatus::Cancelling]),
-                || vec![face.ext("turn.cancelled", &corr, body.clone())],
+                |_| vec![face.ext("turn.cancelled", &corr, body.clone())],
             )
             .await;
         }
@@ -519,7 +551,7 @@ async fn run_turn(
                             if !started {
                                 started = true;
                                 let b = json!({"turnId": tid, "attemptId": attempt});
-                                if !commit(face, &cfg.id, |r| status_is(r, &tid, &[TurnStatus::Dispatching, TurnStatus::Cancelling]), || vec![face.ext("turn.started", &corr, b.clone())]).await {
+                                if !commit(face, &cfg.id, |r| status_is(r, &tid, &[TurnStatus::Dispatching, TurnStatus::Cancelling]), |_| vec![face.ext("turn.started", &corr, b.clone())]).await {
                                     return false;
                                 }
                             }
@@ -533,7 +565,7 @@ async fn run_turn(
                                 // Updates that raced the answer still prove the start.
                                 started = true;
                                 let b = json!({"turnId": tid, "attemptId": attempt});
-                                if !commit(face, &cfg.id, |r| status_is(r, &tid, &[TurnStatus::Dispatching, TurnStatus::Cancelling]), || vec![face.ext("turn.started", &corr, b.clone())]).await {
+                                if !commit(face, &cfg.id, |r| status_is(r, &tid, &[TurnStatus::Dispatching, TurnStatus::Cancelling]), |_| vec![face.ext("turn.started", &corr, b.clone())]).await {
                                     return false;
                                 }
                             }
@@ -645,7 +677,20 @@ async fn run_turn(
                 ],
             )
         },
-        || {
+        |refused| {
+            if refused {
+                // The answer could not be written: the turn fails, its records stay.
+                let mut v: Vec<Command> = cmds_base
+                    .iter()
+                    .filter(|c| !matches!(c, Command::Send(_)))
+                    .cloned()
+                    .collect();
+                let body = json!({"turnId": tid, "target": target, "status": "failed",
+                    "attemptId": attempt, "errorCode": ErrorCode::ResponseRefused.as_str(),
+                    "note": "the ledger refused the turn's answer"});
+                v.push(face.ext("turn.failed", &corr, body));
+                return v;
+            }
             let mut v = cmds_base.clone();
             v.push(face.ext(&ty, &corr, terminal.clone()));
             v
@@ -665,7 +710,7 @@ async fn run_turn(
             face,
             &cfg.id,
             |_| true,
-            || vec![face.ext("session.stopped", &agent_corr, body.clone())],
+            |_| vec![face.ext("session.stopped", &agent_corr, body.clone())],
         )
         .await;
     }

@@ -152,6 +152,12 @@ impl Face {
         let group_id = ensure_room(&d).await?;
         sync_roster(&d, &group_id, &cfg).await?;
         let mut room = Room::default();
+        room.imported = d
+            .ledger
+            .engine()
+            .group(&group_id)
+            .map(|g| g.imported_seqs.clone())
+            .unwrap_or_default();
         let mut after = 0;
         loop {
             let (r, g) = (d.ledger.readers().clone(), group_id.clone());

@@ -88,6 +88,8 @@ pub struct Room {
     pub foreign_head: u64,
     /// Agents whose lane has a turn transition committing (see `Face::append_released`).
     pub busy: std::collections::HashSet<String>,
+    /// The room's imported seq ranges (the engine's `Group::imported_seqs`, read at start).
+    pub imported: Vec<[u64; 2]>,
     /// Per root correlation: its turns, in all and per agent (§7 limits).
     roots: HashMap<String, (usize, HashMap<String, usize>)>,
 }
@@ -167,6 +169,15 @@ impl Room {
             return;
         };
         if by != convene_groupx::envelope::LEDGER_SYSTEM {
+            return;
+        }
+        // Imported turn events are history (an exported room loaded again): they never put a
+        // turn in a lane or move a live one.
+        if self
+            .imported
+            .iter()
+            .any(|[lo, hi]| (*lo..=*hi).contains(&seq))
+        {
             return;
         }
         let b = body(data);

@@ -45,13 +45,19 @@ impl http_body::Body for ChannelBody {
 }
 
 fn parse_cursor(s: &str, what: &str) -> Result<u64, GroupxError> {
-    s.trim().parse::<u64>().map_err(|_| {
-        GroupxError::new(
-            ErrorCode::InvalidEnvelope,
-            format!("{what} must be a non-negative integer"),
-        )
-        .field(what)
-    })
+    // Seqs are stored as SQLite integers: a cursor past i64::MAX names no point.
+    s.trim()
+        .parse::<i64>()
+        .ok()
+        .and_then(|n| u64::try_from(n).ok())
+        .ok_or(())
+        .map_err(|_| {
+            GroupxError::new(
+                ErrorCode::InvalidEnvelope,
+                format!("{what} must be a non-negative integer"),
+            )
+            .field(what)
+        })
 }
 
 /// The stream's start: `afterSeq` or `Last-Event-ID`; both must agree (§11).

@@ -237,6 +237,13 @@ impl Face {
                 format!("turn {} was steered {limit} times already", subject.turn_id),
             ));
         }
+        if s.interrupt && subject.state.status == TurnStatus::Cancelling {
+            return Err(GroupxError::new(
+                ErrorCode::InvalidEnvelope,
+                "the watched turn is already being stopped: wait for it to end",
+            )
+            .field("action"));
+        }
         if s.interrupt && subject.state.status.is_terminal() {
             return Err(GroupxError::new(
                 ErrorCode::InvalidEnvelope,
