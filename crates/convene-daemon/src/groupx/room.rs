@@ -228,11 +228,20 @@ impl Room {
             // Folds of concurrent commands may come out of commit order: keep the lane in
             // enqueue (seq) order, which is its FIFO order (§8.3).
             let lane = self.lanes.entry(agent.to_string()).or_default();
-            let at = lane
-                .iter()
-                .position(|id| self.turns.get(id).is_some_and(|t| t.queued_seq > seq))
-                .unwrap_or(lane.len());
-            lane.insert(at, turn_id.clone());
+            // The common case appends at the back: only a fold that came out of order scans.
+            let behind = lane
+                .back()
+                .and_then(|id| self.turns.get(id))
+                .is_none_or(|t| t.queued_seq < seq);
+            if behind {
+                lane.push_back(turn_id.clone());
+            } else {
+                let at = lane
+                    .iter()
+                    .position(|id| self.turns.get(id).is_some_and(|t| t.queued_seq > seq))
+                    .unwrap_or(lane.len());
+                lane.insert(at, turn_id.clone());
+            }
             let root = self
                 .roots
                 .entry(turn.corr.root_correlation_id.clone())
@@ -300,7 +309,12 @@ impl Room {
         if turn.state.status.is_terminal() {
             let (agent, src) = (turn.target.clone(), turn.source_seq);
             if let Some(lane) = self.lanes.get_mut(&agent) {
-                lane.retain(|x| x != &turn_id);
+                // Usually the front (the turn in flight); a cancelled queued one is anywhere.
+                if lane.front() == Some(&turn_id) {
+                    lane.pop_front();
+                } else {
+                    lane.retain(|x| x != &turn_id);
+                }
             }
             let seen = self.seen_up_to.entry(agent).or_default();
             *seen = (*seen).max(src);
@@ -331,11 +345,14 @@ impl Room {
             .find(|t| t.state.status == TurnStatus::Queued)
     }
 
-    /// The agent's turn in flight (dispatched, running or cancelling).
+    /// The agent's turn in flight (dispatched, running or cancelling). A lane dispatches in
+    /// order, one at a time, so that turn is at its front: only the first few are looked at
+    /// (a long queue must not make every post scan it).
     pub fn active(&self, agent: &str) -> Option<&Turn> {
         self.lanes
             .get(agent)?
             .iter()
+            .take(4)
             .filter_map(|id| self.turns.get(id))
             .find(|t| t.state.status != TurnStatus::Queued)
     }
