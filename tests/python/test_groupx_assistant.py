@@ -203,6 +203,28 @@ def test_groupx_10_7_restart_keeps_the_side_conversation_and_reruns_an_unanswere
         d.stop()
 
 
+def test_groupx_10_7_the_session_gets_only_the_operator_endpoint_and_the_product_prompt(home):
+    log = home / "assistant.log"
+    d = start(home, assistant=card(extraInstructions="Prefer agent:echo.",
+                                   env={"FAKE_ACP_HTTP_MCP": "1", "FAKE_ACP_LOG": str(log)}))
+    try:
+        gx = GX(d)
+        assert say(gx, "first line", "p1")[0] == 200
+        assert say(gx, "second line", "p2")[0] == 200
+        msgs = [json.loads(x) for x in log.read_text().splitlines()]
+        [new] = [m for m in msgs if m.get("method") == "session/new"]
+        assert new["params"]["mcpServers"] == [{"type": "http", "name": "groupx-operator", "headers": [],
+                                                "url": f"http://{gx.host}:{gx.port}/mcp/operator"}]
+        prompts = [m["params"]["prompt"][0]["text"] for m in msgs if m.get("method") == "session/prompt"]
+        assert len(prompts) == 2
+        p = prompts[1]
+        assert p.index("worker_dispatch") < p.index("Prefer agent:echo.") < p.index("  user: first line") \
+            < p.index("  assistant: echo: first line") < p.index("second line")
+        assert p.endswith("\nsecond line")
+    finally:
+        d.stop()
+
+
 def test_groupx_10_7_without_a_card_the_assistant_is_off(home):
     d = start(home, assistant=None)
     try:
