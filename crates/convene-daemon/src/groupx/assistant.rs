@@ -370,7 +370,13 @@ async fn post(face: Arc<Face>, b: &[u8]) -> Result<(u16, Value), GroupxError> {
                 };
                 let (tx, rx) = watch::channel(None);
                 side.inflight.insert(ccid.clone(), rx.clone());
-                tokio::spawn(run(face.clone(), ccid, user_id.clone(), content, tx));
+                tokio::spawn(run(
+                    face.clone(),
+                    ccid.clone(),
+                    user_id.clone(),
+                    content,
+                    tx,
+                ));
                 (user_id, rx)
             }
         }
@@ -381,10 +387,14 @@ async fn post(face: Arc<Face>, b: &[u8]) -> Result<(u16, Value), GroupxError> {
     match waited {
         Ok(Ok(Some(o))) => Ok((200, answer(&user_id, &o))),
         Ok(Ok(None)) | Err(_) => Ok((202, json!({"userMessageId": user_id, "state": "running"}))),
-        Ok(Err(_)) => Err(GroupxError::new(
-            ErrorCode::Unavailable,
-            "the assistant turn stopped",
-        )),
+        Ok(Err(_)) => {
+            // The turn's task ended without an outcome: a retry starts it again.
+            face.assistant.side.lock().await.inflight.remove(&ccid);
+            Err(GroupxError::new(
+                ErrorCode::Unavailable,
+                "the assistant turn stopped",
+            ))
+        }
     }
 }
 
@@ -507,6 +517,14 @@ async fn turn(
         .cfg
         .clone()
         .ok_or_else(|| ended("failed", Some(ErrorCode::NotFound), "not enabled"))?;
+    if *face.d.shutdown_rx().borrow() {
+        // Never start an assistant process while the daemon stops.
+        return Err(ended(
+            "failed",
+            Some(ErrorCode::Unavailable),
+            "the runtime is shutting down",
+        ));
+    }
     if !native.as_ref().is_some_and(Native::is_alive) {
         if let Some(old) = native.take() {
             old.shutdown(Duration::from_secs(1)).await;
