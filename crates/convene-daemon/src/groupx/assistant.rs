@@ -16,7 +16,7 @@ use std::time::Duration;
 use convene_acp::{AcpError, StopReason, Update};
 use convene_core::{Command, CoreError, SendArgs};
 use convene_groupx::envelope::{LEDGER_OPERATOR, LEDGER_USER, USER_WEB};
-use convene_groupx::request::{MAX_CLIENT_COMMAND_ID, RUNTIME_FIELDS, SENDER_FIELDS};
+use convene_groupx::request::parse_assistant_message;
 use convene_groupx::{ErrorCode, GroupxError};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response};
@@ -134,10 +134,6 @@ pub(super) struct Assistant {
     cancel: Notify,
 }
 
-fn invalid(msg: impl Into<String>, field: &str) -> GroupxError {
-    GroupxError::new(ErrorCode::InvalidEnvelope, msg).field(field)
-}
-
 impl Assistant {
     /// Opens the side conversation (creating its group at first start) and folds it.
     pub(super) async fn open(d: &Arc<Daemon>, cfg: &Config) -> Result<Self, CoreError> {
@@ -248,69 +244,6 @@ async fn append_line(
     Ok(id)
 }
 
-/// `POST /api/assistant/messages`: strictly `{clientCommandId, content}`.
-fn parse_post(b: &[u8], max: usize) -> Result<(String, String), GroupxError> {
-    let v: Value = serde_json::from_slice(b).map_err(|e| {
-        GroupxError::new(ErrorCode::InvalidEnvelope, format!("body is not JSON: {e}"))
-    })?;
-    let Value::Object(m) = v else {
-        return Err(GroupxError::new(
-            ErrorCode::InvalidEnvelope,
-            "body must be a JSON object",
-        ));
-    };
-    if let Some(f) = SENDER_FIELDS.iter().find(|f| m.contains_key(**f)) {
-        return Err(GroupxError::new(
-            ErrorCode::SenderFieldForbidden,
-            format!("`{f}` may not be given: the sender is the caller's binding"),
-        )
-        .field(f));
-    }
-    if let Some(f) = RUNTIME_FIELDS.iter().find(|f| m.contains_key(**f)) {
-        return Err(invalid(format!("`{f}` is fixed by the runtime"), f));
-    }
-    if let Some(k) = m
-        .keys()
-        .find(|k| k.as_str() != "clientCommandId" && k.as_str() != "content")
-    {
-        // `to` and `supervision` included: the side conversation routes nothing (§10.7).
-        return Err(invalid(
-            format!(
-                "unknown field `{k}` (the side conversation takes clientCommandId and content)"
-            ),
-            k,
-        ));
-    }
-    let ccid = match m.get("clientCommandId") {
-        Some(Value::String(s))
-            if !s.is_empty()
-                && s.len() <= MAX_CLIENT_COMMAND_ID
-                && !s.chars().any(char::is_control) =>
-        {
-            s.clone()
-        }
-        _ => {
-            return Err(invalid(
-                format!("clientCommandId must be a string of 1-{MAX_CLIENT_COMMAND_ID} bytes"),
-                "clientCommandId",
-            ))
-        }
-    };
-    let content = match m.get("content") {
-        Some(Value::String(s)) if !s.trim().is_empty() => s.clone(),
-        Some(Value::String(_)) => return Err(invalid("content is empty", "content")),
-        _ => return Err(invalid("content (a string) is required", "content")),
-    };
-    if content.len() > max {
-        return Err(GroupxError::new(
-            ErrorCode::MessageTooLarge,
-            format!("content is {} bytes; the limit is {max}", content.len()),
-        )
-        .field("content"));
-    }
-    Ok((ccid, content))
-}
-
 fn answer(user_message_id: &str, o: &Outcome) -> Value {
     match o {
         Outcome::Reply {
@@ -330,7 +263,7 @@ fn answer(user_message_id: &str, o: &Outcome) -> Value {
 async fn post(face: Arc<Face>, b: &[u8]) -> Result<(u16, Value), GroupxError> {
     let (_, gid) = face.assistant.enabled()?;
     let gid = gid.to_string();
-    let (ccid, content) = parse_post(b, face.cfg.limits.message_bytes)?;
+    let (ccid, content) = parse_assistant_message(b, face.cfg.limits.message_bytes)?;
     let (user_id, mut rx) = {
         let mut side = face.assistant.side.lock().await;
         if let Some(c) = side.cmds.get(&ccid) {
@@ -777,32 +710,6 @@ pub(super) async fn route(face: Arc<Face>, req: Request<Incoming>, path: &str) -
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_body_is_strict() {
-        let code = |b: &str| parse_post(b.as_bytes(), 10).unwrap_err().code;
-        assert_eq!(
-            code(r#"{"clientCommandId":"a","content":"x","from":"u","to":["@all"]}"#),
-            ErrorCode::SenderFieldForbidden
-        );
-        assert_eq!(
-            code(r#"{"clientCommandId":"a","content":"x","to":["@all"]}"#),
-            ErrorCode::InvalidEnvelope
-        );
-        assert_eq!(
-            code(r#"{"clientCommandId":"a","content":"x","supervision":{}}"#),
-            ErrorCode::InvalidEnvelope
-        );
-        assert_eq!(
-            code(r#"{"clientCommandId":"a","content":"01234567890"}"#),
-            ErrorCode::MessageTooLarge
-        );
-        assert_eq!(code(r#"{"content":"x"}"#), ErrorCode::InvalidEnvelope);
-        assert_eq!(
-            parse_post(br#"{"clientCommandId":"a","content":"x"}"#, 10).unwrap(),
-            ("a".into(), "x".into())
-        );
-    }
 
     #[test]
     fn the_prompt_keeps_the_default_then_extra_then_history_then_the_line() {
