@@ -36,6 +36,7 @@ const dom = new JSDOM(html, {
     w.fetch = async (url, init = {}) => {
       const json = (status, body) => ({ ok: status < 300, status, json: async () => body });
       if (url === '/api/bootstrap') return json(200, BOOT);
+      if (url === '/api/assistant') return json(200, { enabled: false });
       posts.push({ url, body: init.body ? JSON.parse(init.body) : null });
       const step = postPlan.shift() || 202;
       if (step === 'neterr') throw new TypeError('NetworkError');

@@ -101,3 +101,12 @@ def test_setup_view_in_jsdom_against_a_fake_daemon():
                        cwd=ROOT, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "checks passed" in r.stdout
+
+
+@needs_node
+@pytest.mark.skipif(not jsdom_installed, reason="jsdom not installed: npm install --prefix tests/js")
+def test_assistant_panel_in_jsdom_against_a_fake_daemon():
+    r = subprocess.run([node, str(ROOT / "tests" / "js" / "page_assistant_test.mjs")], capture_output=True, text=True,
+                       cwd=ROOT, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "checks passed" in r.stdout

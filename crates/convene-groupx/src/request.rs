@@ -294,9 +294,100 @@ pub fn parse_cancel(body: &[u8]) -> Result<CancelRequest, GroupxError> {
     Ok(CancelRequest)
 }
 
+/// `POST /api/assistant/messages` (§10.7): strictly `{clientCommandId, content}`; `max` bytes of
+/// content at most. Sender fields are `SENDER_FIELD_FORBIDDEN`, anything else (`to`,
+/// `supervision`, …) `INVALID_ENVELOPE`.
+pub fn parse_assistant_message(b: &[u8], max: usize) -> Result<(String, String), GroupxError> {
+    let v: Value = serde_json::from_slice(b).map_err(|e| {
+        GroupxError::new(ErrorCode::InvalidEnvelope, format!("body is not JSON: {e}"))
+    })?;
+    let Value::Object(m) = v else {
+        return Err(GroupxError::new(
+            ErrorCode::InvalidEnvelope,
+            "body must be a JSON object",
+        ));
+    };
+    if let Some(f) = SENDER_FIELDS.iter().find(|f| m.contains_key(**f)) {
+        return Err(GroupxError::new(
+            ErrorCode::SenderFieldForbidden,
+            format!("`{f}` may not be given: the sender is the caller's binding"),
+        )
+        .field(f));
+    }
+    if let Some(f) = RUNTIME_FIELDS.iter().find(|f| m.contains_key(**f)) {
+        return Err(invalid(format!("`{f}` is fixed by the runtime"), f));
+    }
+    if let Some(k) = m
+        .keys()
+        .find(|k| k.as_str() != "clientCommandId" && k.as_str() != "content")
+    {
+        // `to` and `supervision` included: the side conversation routes nothing (§10.7).
+        return Err(invalid(
+            format!(
+                "unknown field `{k}` (the side conversation takes clientCommandId and content)"
+            ),
+            k,
+        ));
+    }
+    let ccid = match m.get("clientCommandId") {
+        Some(Value::String(s))
+            if !s.is_empty()
+                && s.len() <= MAX_CLIENT_COMMAND_ID
+                && !s.chars().any(char::is_control) =>
+        {
+            s.clone()
+        }
+        _ => {
+            return Err(invalid(
+                format!("clientCommandId must be a string of 1-{MAX_CLIENT_COMMAND_ID} bytes"),
+                "clientCommandId",
+            ))
+        }
+    };
+    let content = match m.get("content") {
+        Some(Value::String(s)) if !s.trim().is_empty() => s.clone(),
+        Some(Value::String(_)) => return Err(invalid("content is empty", "content")),
+        _ => return Err(invalid("content (a string) is required", "content")),
+    };
+    if content.len() > max {
+        return Err(GroupxError::new(
+            ErrorCode::MessageTooLarge,
+            format!("content is {} bytes; the limit is {max}", content.len()),
+        )
+        .field("content"));
+    }
+    Ok((ccid, content))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_assistant_message_body_is_strict() {
+        let code = |b: &str| parse_assistant_message(b.as_bytes(), 10).unwrap_err().code;
+        assert_eq!(
+            code(r#"{"clientCommandId":"a","content":"x","from":"u","to":["@all"]}"#),
+            ErrorCode::SenderFieldForbidden
+        );
+        assert_eq!(
+            code(r#"{"clientCommandId":"a","content":"x","to":["@all"]}"#),
+            ErrorCode::InvalidEnvelope
+        );
+        assert_eq!(
+            code(r#"{"clientCommandId":"a","content":"x","supervision":{}}"#),
+            ErrorCode::InvalidEnvelope
+        );
+        assert_eq!(
+            code(r#"{"clientCommandId":"a","content":"01234567890"}"#),
+            ErrorCode::MessageTooLarge
+        );
+        assert_eq!(code(r#"{"content":"x"}"#), ErrorCode::InvalidEnvelope);
+        assert_eq!(
+            parse_assistant_message(br#"{"clientCommandId":"a","content":"x"}"#, 10).unwrap(),
+            ("a".into(), "x".into())
+        );
+    }
 
     fn post(s: &str) -> Result<PostMessage, GroupxError> {
         parse_post_message(s.as_bytes(), 100)

@@ -17,6 +17,27 @@ pub const AGENT_FIELDS: &[&str] = &[
     "id", "driver", "name", "identity", "command", "cwd", "enabled", "mode", "env",
 ];
 
+/// The fields of the optional top-level assistant card (§10.6, §10.7).
+pub const ASSISTANT_FIELDS: &[&str] = &[
+    "driver",
+    "name",
+    "command",
+    "cwd",
+    "mode",
+    "env",
+    "enabled",
+    "extraInstructions",
+];
+
+/// A parsed setup draft.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Draft {
+    /// The roster's agent objects, in order.
+    pub agents: Vec<Map<String, Value>>,
+    /// The assistant card: absent (keep the file's), `null` (remove it), or a card.
+    pub assistant: Option<Option<Map<String, Value>>>,
+}
+
 fn invalid(msg: impl Into<String>, field: &str) -> GroupxError {
     GroupxError::new(ErrorCode::InvalidEnvelope, msg).field(field)
 }
@@ -47,6 +68,86 @@ fn find_key(v: &Value, names: &[&str], at: &str) -> Option<(String, String)> {
             .find_map(|(i, x)| find_key(x, names, &format!("{at}[{i}]"))),
         _ => None,
     }
+}
+
+/// Parses a `POST /api/setup` body `{"agents": [...], "assistant"?: {...}|null}`.
+///
+/// The agents as [`parse_setup`] refuses them; the assistant card must have only
+/// [`ASSISTANT_FIELDS`] of their JSON types, with `driver`, `command` and `enabled` given.
+pub fn parse_draft(body: &[u8]) -> Result<Draft, GroupxError> {
+    let v: Value = serde_json::from_slice(body).map_err(|e| {
+        GroupxError::new(ErrorCode::InvalidEnvelope, format!("body is not JSON: {e}"))
+    })?;
+    let Value::Object(mut top) = v else {
+        return Err(GroupxError::new(
+            ErrorCode::InvalidEnvelope,
+            "body must be a JSON object {\"agents\": [...]}",
+        ));
+    };
+    let assistant = top.remove("assistant");
+    if let Some(a) = &assistant {
+        let wrapped = serde_json::json!({ "assistant": a });
+        if let Some((k, path)) = find_key(&wrapped, SENDER_FIELDS, "") {
+            return Err(GroupxError::new(
+                ErrorCode::SenderFieldForbidden,
+                format!("`{k}` may not be given: the sender is the caller's binding"),
+            )
+            .field(&path));
+        }
+    }
+    let agents = parse_setup(&serde_json::to_vec(&Value::Object(top)).unwrap_or_default())?;
+    let assistant = match assistant {
+        None => None,
+        Some(Value::Null) => Some(None),
+        Some(a) => Some(Some(check_assistant(a)?)),
+    };
+    Ok(Draft { agents, assistant })
+}
+
+fn check_assistant(a: Value) -> Result<Map<String, Value>, GroupxError> {
+    let wrapped = serde_json::json!({ "assistant": a });
+    if let Some((k, path)) = find_key(&wrapped, SETUP_FORBIDDEN, "") {
+        return Err(invalid(format!("`{k}` is not a setup setting"), &path));
+    }
+    let Value::Object(m) = a else {
+        return Err(invalid(
+            "the assistant card is an object or null",
+            "assistant",
+        ));
+    };
+    if let Some(k) = m.keys().find(|k| !ASSISTANT_FIELDS.contains(&k.as_str())) {
+        return Err(invalid(
+            format!("unknown assistant field `{k}`"),
+            &format!("assistant.{k}"),
+        ));
+    }
+    for (k, v) in &m {
+        let ok = match k.as_str() {
+            "driver" => v.is_string(),
+            "name" | "cwd" | "mode" | "extraInstructions" => v.is_string() || v.is_null(),
+            "enabled" => v.is_boolean(),
+            "command" => v.as_array().is_some_and(|a| a.iter().all(Value::is_string)),
+            "env" => v
+                .as_object()
+                .is_some_and(|o| o.values().all(Value::is_string)),
+            _ => false,
+        };
+        if !ok {
+            return Err(invalid(
+                format!("`{k}` has the wrong JSON type"),
+                &format!("assistant.{k}"),
+            ));
+        }
+    }
+    for k in ["driver", "command", "enabled"] {
+        if !m.contains_key(k) {
+            return Err(invalid(
+                format!("`{k}` is required"),
+                &format!("assistant.{k}"),
+            ));
+        }
+    }
+    Ok(m)
 }
 
 /// Parses a `POST /api/setup` body `{"agents": [...]}` into its agent objects, in order.
@@ -217,6 +318,50 @@ mod tests {
             );
         }
         assert_eq!(code("[1]").0, ErrorCode::InvalidEnvelope);
+        let draft = |b: &str| parse_draft(b.as_bytes());
+        let ag = r#""agents":[{"id":"a","command":["x"]}]"#;
+        assert_eq!(draft(&format!("{{{ag}}}")).unwrap().assistant, None);
+        assert_eq!(
+            draft(&format!(r#"{{{ag},"assistant":null}}"#))
+                .unwrap()
+                .assistant,
+            Some(None)
+        );
+        for (b, c, f) in [
+            (
+                r#""assistant":{"driver":"acp","command":["x"],"enabled":true,"from":1}"#,
+                ErrorCode::SenderFieldForbidden,
+                "assistant.from",
+            ),
+            (
+                r#""assistant":{"driver":"acp","command":["x"],"enabled":true,"model":"m"}"#,
+                ErrorCode::InvalidEnvelope,
+                "assistant.model",
+            ),
+            (
+                r#""assistant":{"driver":"acp","command":["x"],"enabled":true,"id":"a"}"#,
+                ErrorCode::InvalidEnvelope,
+                "assistant.id",
+            ),
+            (
+                r#""assistant":{"driver":"acp","command":["x"]}"#,
+                ErrorCode::InvalidEnvelope,
+                "assistant.enabled",
+            ),
+            (
+                r#""assistant":{"driver":"acp","command":"x","enabled":true}"#,
+                ErrorCode::InvalidEnvelope,
+                "assistant.command",
+            ),
+            (
+                r#""assistant":[1]"#,
+                ErrorCode::InvalidEnvelope,
+                "assistant",
+            ),
+        ] {
+            let e = draft(&format!("{{{ag},{b}}}")).unwrap_err();
+            assert_eq!((e.code, e.field.as_deref()), (c, Some(f)), "{b}");
+        }
         assert_eq!(code("nope").0, ErrorCode::InvalidEnvelope);
     }
 }

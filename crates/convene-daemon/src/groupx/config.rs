@@ -52,6 +52,101 @@ fn yes() -> bool {
     true
 }
 
+/// The optional room assistant (§10.7): a private agent beside the room that acts on it only
+/// through the operator endpoint. Never a roster agent, a turn target or woken by `@all`.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct AssistantConfig {
+    /// Native driver: `acp` or `codex`.
+    pub driver: String,
+    /// Display name (default `Assistant`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
+    /// The assistant CLI and its arguments.
+    pub command: Vec<String>,
+    /// Working directory (default: the home).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<PathBuf>,
+    /// ACP session mode set before the first prompt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    /// Extra environment of the process.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub env: std::collections::BTreeMap<String, String>,
+    /// Whether the side conversation is offered.
+    pub enabled: bool,
+    /// Appended to the product's default prompt (never replaces it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extra_instructions: Option<String>,
+}
+
+/// Largest `extraInstructions`, bytes.
+pub const MAX_EXTRA_INSTRUCTIONS: usize = 16 * 1024;
+
+/// The adapter id of the assistant's private session (§3.1: never in the roster).
+pub const ASSISTANT_ADAPTER_ID: &str = "__assistant__";
+
+impl AssistantConfig {
+    /// The display name.
+    pub fn display_name(&self) -> &str {
+        if self.name.is_empty() {
+            "Assistant"
+        } else {
+            &self.name
+        }
+    }
+
+    /// The same process settings as an agent card, for the shared driver code (its id is the
+    /// reserved adapter id, which no roster agent can have).
+    pub fn as_agent(&self) -> AgentConfig {
+        AgentConfig {
+            id: ASSISTANT_ADAPTER_ID.into(),
+            name: self.display_name().into(),
+            driver: self.driver.clone(),
+            command: self.command.clone(),
+            cwd: self.cwd.clone(),
+            enabled: self.enabled,
+            mode: self.mode.clone(),
+            identity: None,
+            env: self.env.clone(),
+        }
+    }
+}
+
+/// The assistant card's rules: a known driver, a command, bounded instructions.
+pub fn validate_assistant(a: &AssistantConfig) -> Result<(), Invalid> {
+    let bad = |field: &'static str, message: &str| Invalid {
+        agent: None,
+        field,
+        message: message.into(),
+    };
+    if a.driver != "acp" && a.driver != "codex" {
+        return Err(bad(
+            "assistant.driver",
+            "assistant driver must be `acp` or `codex`",
+        ));
+    }
+    if a.command.is_empty() || a.command[0].is_empty() {
+        return Err(bad("assistant.command", "assistant command is empty"));
+    }
+    if a.name.chars().count() > 64 {
+        return Err(bad(
+            "assistant.name",
+            "assistant name is over 64 characters",
+        ));
+    }
+    if a.extra_instructions
+        .as_ref()
+        .is_some_and(|t| t.len() > MAX_EXTRA_INSTRUCTIONS)
+    {
+        return Err(bad(
+            "assistant.extraInstructions",
+            "extraInstructions is over 16384 bytes",
+        ));
+    }
+    Ok(())
+}
+
 /// Resource limits (§7).
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -144,6 +239,8 @@ struct File {
     agents: Vec<AgentConfig>,
     #[serde(default)]
     limits: Limits,
+    #[serde(default)]
+    assistant: Option<AssistantConfig>,
 }
 
 /// The loaded configuration.
@@ -153,6 +250,8 @@ pub struct Config {
     pub agents: Vec<AgentConfig>,
     /// Limits.
     pub limits: Limits,
+    /// The room assistant card, if any (§10.7).
+    pub assistant: Option<AssistantConfig>,
     /// SHA-256 of the canonical config and its path (`runtimeKey`, §10.6).
     pub runtime_key: String,
     /// SHA-256 of the canonical path only (`runtimeScopeKey`).
@@ -282,6 +381,9 @@ impl Config {
         };
         validate(&file.agents, &file.limits)
             .map_err(|e| ConfigError::Invalid(path.to_path_buf(), e))?;
+        if let Some(a) = &file.assistant {
+            validate_assistant(a).map_err(|e| ConfigError::Invalid(path.to_path_buf(), e))?;
+        }
         let canonical = serde_json::to_string(
             &serde_json::from_str::<serde_json::Value>(if text.trim().is_empty() {
                 "{}"
@@ -297,6 +399,7 @@ impl Config {
             runtime_scope_key: sha(&[p.as_bytes()]),
             agents: file.agents,
             limits: file.limits,
+            assistant: file.assistant,
             path: path.to_path_buf(),
         })
     }
@@ -325,6 +428,11 @@ mod tests {
         assert!(c.agents[0].enabled);
         assert_eq!(c.runtime_key.len(), 64);
         assert_ne!(c.runtime_key, c.runtime_scope_key);
+        assert!(c.assistant.is_none());
+        let c = load(r#"{"assistant":{"driver":"acp","command":["x"],"enabled":true}}"#).unwrap();
+        let a = c.assistant.unwrap();
+        assert_eq!(a.display_name(), "Assistant");
+        assert_eq!(a.as_agent().id, ASSISTANT_ADAPTER_ID);
     }
 
     #[test]
@@ -336,6 +444,10 @@ mod tests {
             r#"{"agents":[{"id":"a","command":[]}]}"#,
             r#"{"agents":[{"id":"a","command":["x"],"transport":"direct"}]}"#,
             r#"{"agents":[{"id":"a","command":["x"],"driver":"direct"}]}"#,
+            r#"{"assistant":{"driver":"direct","command":["x"],"enabled":true}}"#,
+            r#"{"assistant":{"driver":"acp","command":[],"enabled":true}}"#,
+            r#"{"assistant":{"driver":"acp","command":["x"]}}"#,
+            r#"{"assistant":{"driver":"acp","command":["x"],"enabled":true,"model":"m"}}"#,
         ] {
             assert!(load(t).is_err(), "{t}");
         }

@@ -12,6 +12,33 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 
 use super::config::AgentConfig;
+use super::native_sessions;
+
+/// How long starting an agent and its session may take.
+const START_BOUND: Duration = Duration::from_secs(60);
+
+/// Starts `cfg`'s session within a bound, resuming the native session kept under `cfg.id` in
+/// `home` when the agent can load it, and keeps the new native id for the next start. Shared
+/// by the lanes and the room assistant.
+pub(super) async fn open(
+    home: &Path,
+    cfg: &AgentConfig,
+    mcp: Option<Value>,
+) -> Result<Started, String> {
+    let cwd = cfg.cwd.clone().unwrap_or_else(|| home.to_path_buf());
+    let previous = native_sessions::get(home, &cfg.id);
+    match tokio::time::timeout(START_BOUND, Native::start(cfg, &cwd, previous, mcp)).await {
+        Ok(Ok(st)) => {
+            native_sessions::put(home, &cfg.id, &st.native_id);
+            Ok(st)
+        }
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(format!(
+            "agent did not start within {}s",
+            START_BOUND.as_secs()
+        )),
+    }
+}
 
 /// A live native session.
 pub(super) enum Native {

@@ -321,6 +321,13 @@ async fn route(
                 Err(e) => error(&e),
             }
         }
+        p if super::assistant::handles(p) => {
+            // Detached: a hung-up client neither cuts a line's fold short nor stops the turn.
+            let p = p.to_string();
+            tokio::spawn(async move { super::assistant::route(face, req, &p).await })
+                .await
+                .unwrap_or_else(|e| error(&GroupxError::new(ErrorCode::Unavailable, e.to_string())))
+        }
         p if super::memory_api::handles(p) => {
             // Detached like the other writes: a hung-up client cannot cut a fold short.
             let p = p.to_string();

@@ -21,23 +21,20 @@ use tokio::sync::Notify;
 
 use super::config::AgentConfig;
 use super::context::{self, Line};
-use super::native_sessions;
 use super::room::Turn;
 use super::Face;
 
-/// How long starting the agent and its session may take.
-const START_BOUND: Duration = Duration::from_secs(60);
 /// After a cancel, how long the agent has to settle before the turn is failed anyway.
-const CANCEL_GRACE: Duration = Duration::from_secs(10);
+pub(super) const CANCEL_GRACE: Duration = Duration::from_secs(10);
 /// Largest response text kept in the room (the ledger's message limit is 256 KiB).
-const MAX_RESPONSE: usize = 200 * 1024;
+pub(super) const MAX_RESPONSE: usize = 200 * 1024;
 /// Largest reasoning record.
 const MAX_REASONING: usize = 64 * 1024;
 /// Most tool records one turn keeps.
 const MAX_TOOLS: usize = 256;
 
 /// Appends while `buf` is under `cap` bytes (never splitting a character).
-fn push_bounded(buf: &mut String, t: &str, cap: usize) {
+pub(super) fn push_bounded(buf: &mut String, t: &str, cap: usize) {
     let room = cap.saturating_sub(buf.len());
     if room >= t.len() {
         buf.push_str(t);
@@ -177,7 +174,6 @@ fn status_is(room: &super::room::Room, turn: &str, ok: &[TurnStatus]) -> bool {
 }
 
 async fn start_session(face: &Face, cfg: &AgentConfig) -> Result<Session, String> {
-    let cwd = cfg.cwd.clone().unwrap_or_else(|| face.home.clone());
     let binding = ids::new_id("bind");
     // The GroupX MCP server, for drivers whose agents can attach one (the binding header is how
     // their calls are known to be theirs, §3.3).
@@ -187,22 +183,12 @@ async fn start_session(face: &Face, cfg: &AgentConfig) -> Result<Session, String
     });
     // Resume the agent's own session when it can (session/load, thread/resume), so a broker
     // restart does not cost the agent its context; else a new one.
-    let previous = native_sessions::get(&face.home, &cfg.id);
-    match tokio::time::timeout(START_BOUND, Native::start(cfg, &cwd, previous, mcp)).await {
-        Ok(Ok(st)) => {
-            native_sessions::put(&face.home, &cfg.id, &st.native_id);
-            Ok(Session {
-                native: st.native,
-                binding,
-                resumed: st.resumed,
-            })
-        }
-        Ok(Err(e)) => Err(e),
-        Err(_) => Err(format!(
-            "agent did not start within {}s",
-            START_BOUND.as_secs()
-        )),
-    }
+    let st = super::driver::open(&face.home, cfg, mcp).await?;
+    Ok(Session {
+        native: st.native,
+        binding,
+        resumed: st.resumed,
+    })
 }
 
 /// The earlier room messages this agent has not seen, and the turn's own message.
@@ -386,7 +372,7 @@ impl Gathered {
     }
 }
 
-fn clip(mut s: String, max: usize) -> String {
+pub(super) fn clip(mut s: String, max: usize) -> String {
     if s.len() > max {
         let mut i = max;
         while !s.is_char_boundary(i) {

@@ -8,6 +8,7 @@
 //! those events ([`room::Room`]); every broker write happens under the room lock and re-checks
 //! the turn's state first, so the ledger never holds a transition the machine refuses.
 
+mod assistant;
 mod command;
 pub mod config;
 mod context;
@@ -91,6 +92,8 @@ pub struct Face {
     closing: std::sync::atomic::AtomicBool,
     /// Envelope JSON by seq, shared by the SSE readers (`sse::rendered`).
     rendered: parking_lot::Mutex<std::collections::BTreeMap<u64, Option<Arc<str>>>>,
+    /// The room assistant's side conversation (§10.7).
+    assistant: assistant::Assistant,
 }
 
 /// A stored event as the face reads it.
@@ -174,6 +177,7 @@ impl Face {
             }
             after = last;
         }
+        let assistant = assistant::Assistant::open(&d, &cfg).await?;
         let agents: Vec<String> = cfg.agents.iter().map(|a| a.id.clone()).collect();
         let (transient, _) = broadcast::channel(TRANSIENT_BUFFER);
         let face = Arc::new(Face {
@@ -199,6 +203,7 @@ impl Face {
             progressed: Notify::new(),
             closing: std::sync::atomic::AtomicBool::new(false),
             rendered: parking_lot::Mutex::new(std::collections::BTreeMap::new()),
+            assistant,
             cfg,
         });
         face.recover().await;
@@ -209,6 +214,7 @@ impl Face {
             room.foreign_resume_point()
         };
         follow::spawn(face.clone(), from);
+        assistant::spawn_reaper(face.clone());
         for a in face.cfg.agents.iter().filter(|a| a.enabled) {
             lane::spawn(face.clone(), a.clone());
         }
@@ -632,26 +638,34 @@ impl Face {
 
 /// The room's group: found by its setting, created on first start.
 async fn ensure_room(d: &Daemon) -> Result<String, CoreError> {
+    ensure_group(d, ROOM_SETTING, "groupx main", "GroupX room:main").await
+}
+
+/// A group of the face marked by setting `key = room:main`: found, or created on first start.
+pub(super) async fn ensure_group(
+    d: &Daemon,
+    key: &str,
+    title: &str,
+    topic: &str,
+) -> Result<String, CoreError> {
     let found = d
         .ledger
         .engine()
         .groups()
         .into_iter()
-        .find(|g| {
-            g.settings.extra.get(ROOM_SETTING).and_then(Value::as_str) == Some(envelope::ROOM_ID)
-        })
+        .find(|g| g.settings.extra.get(key).and_then(Value::as_str) == Some(envelope::ROOM_ID))
         .map(|g| g.group_id.clone());
     if let Some(g) = found {
         return Ok(g);
     }
     let mut settings = Map::new();
-    settings.insert(ROOM_SETTING.into(), envelope::ROOM_ID.into());
+    settings.insert(key.into(), envelope::ROOM_ID.into());
     let c = d
         .ledger
         .execute(Command::GroupCreate {
             by: LEDGER_SYSTEM.into(),
-            title: "groupx main".into(),
-            topic: "GroupX room:main".into(),
+            title: title.into(),
+            topic: topic.into(),
             settings,
         })
         .await?;

@@ -13,7 +13,7 @@ use hyper::body::Incoming;
 use hyper::{Method, Request, Response};
 use serde_json::{json, Map, Value};
 
-use super::config::{AgentConfig, Config, ConfigError};
+use super::config::{AgentConfig, AssistantConfig, Config, ConfigError};
 use super::http::{body, error, json as reply, Body};
 use super::Face;
 
@@ -127,10 +127,20 @@ fn real_path(p: &Path) -> PathBuf {
 
 fn snapshot(face: &Face) -> Value {
     let path = &face.cfg.path;
-    let (agents, restart_required, file_error) = match Config::load(path) {
-        Ok(c) => (c.agents, c.runtime_key != face.cfg.runtime_key, None),
+    let (agents, assistant, restart_required, file_error) = match Config::load(path) {
+        Ok(c) => (
+            c.agents,
+            c.assistant,
+            c.runtime_key != face.cfg.runtime_key,
+            None,
+        ),
         // A file broken since start: show the running roster, and say why.
-        Err(e) => (face.cfg.agents.clone(), true, Some(e.to_string())),
+        Err(e) => (
+            face.cfg.agents.clone(),
+            face.cfg.assistant.clone(),
+            true,
+            Some(e.to_string()),
+        ),
     };
     let mut v = json!({
         "configPath": real_path(path),
@@ -142,6 +152,12 @@ fn snapshot(face: &Face) -> Value {
         "drivers": drivers(),
         "draft": {"agents": agents},
     });
+    if let Some(a) = assistant {
+        // The optional top-level assistant card (§10.6), defaults spelled out.
+        let mut card = json!(a);
+        card["name"] = json!(a.display_name());
+        v["draft"]["assistant"] = card;
+    }
     if let Some(e) = file_error {
         v["fileError"] = json!(e);
     }
@@ -155,9 +171,14 @@ fn invalid(msg: impl Into<String>, field: &str) -> GroupxError {
 /// Saves are one at a time: each reads the file it rewrites.
 static SAVING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// Replaces the file's `agents` with `agents`, keeping everything else (the limits) as it is,
-/// after the loader's own validation of the whole new file.
-fn save(path: &Path, agents: &[AgentConfig]) -> Result<PathBuf, GroupxError> {
+/// Replaces the file's `agents` with `agents` (and its assistant card: `None` keeps it,
+/// `Some(None)` removes it), keeping everything else (the limits) as it is, after the loader's
+/// own validation of the whole new file.
+fn save(
+    path: &Path,
+    agents: &[AgentConfig],
+    assistant: Option<Option<AssistantConfig>>,
+) -> Result<PathBuf, GroupxError> {
     let _one = SAVING.lock().unwrap_or_else(|p| p.into_inner());
     let target = real_path(path);
     let mut doc = match std::fs::read_to_string(&target) {
@@ -183,6 +204,19 @@ fn save(path: &Path, agents: &[AgentConfig]) -> Result<PathBuf, GroupxError> {
         serde_json::to_value(agents)
             .map_err(|e| GroupxError::new(ErrorCode::StorageError, e.to_string()))?,
     );
+    match assistant {
+        None => {}
+        Some(None) => {
+            doc.remove("assistant");
+        }
+        Some(Some(a)) => {
+            doc.insert(
+                "assistant".into(),
+                serde_json::to_value(a)
+                    .map_err(|e| GroupxError::new(ErrorCode::StorageError, e.to_string()))?,
+            );
+        }
+    }
     let mut text = serde_json::to_string_pretty(&Value::Object(doc))
         .map_err(|e| GroupxError::new(ErrorCode::StorageError, e.to_string()))?;
     text.push('\n');
@@ -246,18 +280,26 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 
 async fn post(face: Arc<Face>, req: Request<Incoming>) -> Result<Value, GroupxError> {
     let b = body(req).await?;
+    let draft = convene_groupx::setup::parse_draft(&b)?;
+    let assistant = match draft.assistant {
+        None => None,
+        Some(None) => Some(None),
+        Some(Some(mut m)) => {
+            m.retain(|_, v| !v.is_null());
+            let a: AssistantConfig = serde_json::from_value(Value::Object(m))
+                .map_err(|e| invalid(e.to_string(), "assistant"))?;
+            Some(Some(a))
+        }
+    };
     let mut agents = Vec::new();
-    for (i, m) in convene_groupx::setup::parse_setup(&b)?
-        .into_iter()
-        .enumerate()
-    {
+    for (i, m) in draft.agents.into_iter().enumerate() {
         let a: AgentConfig = serde_json::from_value(Value::Object(m))
             .map_err(|e| invalid(e.to_string(), &format!("agents[{i}]")))?;
         agents.push(a);
     }
     let path = face.cfg.path.clone();
     // A blocking task runs to its end even if the client hangs up: no half-done save.
-    let target = tokio::task::spawn_blocking(move || save(&path, &agents))
+    let target = tokio::task::spawn_blocking(move || save(&path, &agents, assistant))
         .await
         .map_err(|e| GroupxError::new(ErrorCode::Unavailable, e.to_string()))??;
     Ok(json!({"saved": true, "restartRequired": true, "configPath": target}))
@@ -322,13 +364,13 @@ mod tests {
             identity: None,
             env: Default::default(),
         };
-        save(&p, &[a("one")]).unwrap();
+        save(&p, &[a("one")], None).unwrap();
         let c = Config::load(&p).unwrap();
         assert_eq!(c.limits.queue_per_agent, 3);
         assert_eq!(c.agents, vec![a("one")]);
-        let e = save(&p, &[a("one"), a("one")]).unwrap_err();
+        let e = save(&p, &[a("one"), a("one")], None).unwrap_err();
         assert_eq!(e.field.as_deref(), Some("agents[1].id"));
-        let e = save(&p, &[a("__assistant__")]).unwrap_err();
+        let e = save(&p, &[a("__assistant__")], None).unwrap_err();
         assert_eq!(e.field.as_deref(), Some("agents[0].id"));
         assert_eq!(
             Config::load(&p).unwrap().agents,
