@@ -130,7 +130,8 @@ def test_groupx_6_7_steers_are_limited_and_only_watch_turns_may_watch(room):
     assert r["isError"] and r["structuredContent"]["errorCode"] == "STEER_LIMIT_REACHED"
     # A nudge does not stop the worker.
     assert gx.boot()["turns"] and any(t["turnId"] == work for t in gx.boot()["turns"])
-    # The worker's own session is not a watch turn.
+    # The worker's own session is not a watch turn (its session exists once its turn is dispatched).
+    gx.wait_type(work, "turn.dispatched")
     others = [x for x in bindings(log) if x != b]
     assert others
     r = tool(gx, others[0], "groupx.watch", {"timeoutMs": 0})
