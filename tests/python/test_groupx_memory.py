@@ -13,32 +13,12 @@ import pytest
 
 from conftest import ROOT, Daemon
 
-FAKE = ROOT / "tests" / "fixtures" / "fake_acp_agent.py"
-TERMINAL = {"turn.completed", "turn.failed", "turn.cancelled", "turn.interrupted"}
+from test_groupx import FAKE, TERMINAL, agent
+from test_groupx import GX as BaseGX
 
 
-def agent(aid: str, **kw) -> dict:
-    return {"id": aid, "command": ["python3", str(FAKE)], **kw}
-
-
-class GX:
-    """A GroupX client: REST over http.client."""
-
-    def __init__(self, d: Daemon):
-        self.d = d
-        addr = json.loads((d.home / "daemon" / "groupx.addr.json").read_text())["http"]
-        self.host, port = addr.rsplit(":", 1)
-        self.port = int(port)
-
-    def call(self, method: str, path: str, body=None):
-        c = http.client.HTTPConnection(self.host, self.port, timeout=10)
-        h = {"Content-Type": "application/json"} if body is not None else {}
-        data = body if isinstance(body, (bytes, str)) or body is None else json.dumps(body)
-        c.request(method, path, body=data, headers=h)
-        r = c.getresponse()
-        raw = r.read()
-        c.close()
-        return r.status, (json.loads(raw) if "json" in r.getheader("Content-Type", "") else raw.decode())
+class GX(BaseGX):
+    """The GroupX client of test_groupx.py, with memory helpers."""
 
     def ok(self, method: str, path: str, body=None, status: int = 200) -> dict:
         st, v = self.call(method, path, body)

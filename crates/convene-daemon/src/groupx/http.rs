@@ -143,6 +143,35 @@ pub(super) async fn body(req: Request<Incoming>) -> Result<Bytes, GroupxError> {
     }
 }
 
+/// One MCP JSON-RPC request over HTTP: parse the body, serve it in its own task (a client
+/// that hangs up cannot cut a tool's write short), answer JSON or 202 for a notification.
+async fn rpc(
+    req: Request<Incoming>,
+    serve: impl FnOnce(Value) -> tokio::task::JoinHandle<super::mcp::Answer>,
+) -> Response<Body> {
+    let b = match body(req).await {
+        Ok(b) => b,
+        Err(e) => return error(&e),
+    };
+    let msg: Value = match serde_json::from_slice(&b) {
+        Ok(v) => v,
+        Err(e) => {
+            return json(
+                400,
+                &serde_json::json!({"jsonrpc": "2.0", "id": null,
+                    "error": {"code": -32700, "message": format!("parse error: {e}")}}),
+            )
+        }
+    };
+    match serve(msg).await.unwrap_or_else(|_| {
+        super::mcp::Answer::Json(serde_json::json!({"jsonrpc": "2.0", "id": null,
+            "error": {"code": -32603, "message": "internal error"}}))
+    }) {
+        super::mcp::Answer::Json(v) => json(200, &v),
+        super::mcp::Answer::Accepted => full(StatusCode::ACCEPTED, "application/json", ""),
+    }
+}
+
 /// Awaits a face task spawned so that the caller hanging up cannot cancel it half-way.
 async fn detached(
     h: tokio::task::JoinHandle<Result<Value, GroupxError>>,
@@ -235,30 +264,10 @@ async fn route(
         },
         "/mcp/operator" => match method {
             Method::POST => {
-                let b = match body(req).await {
-                    Ok(b) => b,
-                    Err(e) => return error(&e),
-                };
-                let msg: Value = match serde_json::from_slice(&b) {
-                    Ok(v) => v,
-                    Err(e) => {
-                        return json(
-                            400,
-                            &serde_json::json!({"jsonrpc": "2.0", "id": null,
-                                "error": {"code": -32700, "message": format!("parse error: {e}")}}),
-                        )
-                    }
-                };
-                let answer = tokio::spawn(super::operator::handle(face, msg)).await;
-                match answer.unwrap_or_else(|_| {
-                    super::mcp::Answer::Json(serde_json::json!({"jsonrpc": "2.0", "id": null,
-                        "error": {"code": -32603, "message": "internal error"}}))
-                }) {
-                    super::mcp::Answer::Json(v) => json(200, &v),
-                    super::mcp::Answer::Accepted => {
-                        full(StatusCode::ACCEPTED, "application/json", "")
-                    }
-                }
+                rpc(req, move |msg| {
+                    tokio::spawn(super::operator::handle(face, msg))
+                })
+                .await
             }
             _ => not_allowed(),
         },
@@ -273,30 +282,10 @@ async fn route(
                     Ok(x) => x,
                     Err(e) => return error(&e),
                 };
-                let b = match body(req).await {
-                    Ok(b) => b,
-                    Err(e) => return error(&e),
-                };
-                let msg: Value = match serde_json::from_slice(&b) {
-                    Ok(v) => v,
-                    Err(e) => {
-                        return json(
-                            400,
-                            &serde_json::json!({"jsonrpc": "2.0", "id": null,
-                                "error": {"code": -32700, "message": format!("parse error: {e}")}}),
-                        )
-                    }
-                };
-                let answer = tokio::spawn(super::mcp::handle(face, binding, agent, msg)).await;
-                match answer.unwrap_or_else(|_| {
-                    super::mcp::Answer::Json(serde_json::json!({"jsonrpc": "2.0", "id": null,
-                        "error": {"code": -32603, "message": "internal error"}}))
-                }) {
-                    super::mcp::Answer::Json(v) => json(200, &v),
-                    super::mcp::Answer::Accepted => {
-                        full(StatusCode::ACCEPTED, "application/json", "")
-                    }
-                }
+                rpc(req, move |msg| {
+                    tokio::spawn(super::mcp::handle(face, binding, agent, msg))
+                })
+                .await
             }
             _ => not_allowed(),
         },

@@ -41,10 +41,8 @@ fn has_prefixed_token(s: &str, prefix: &str, min_len: usize, charset: fn(char) -
     false
 }
 
-/// `password`, `db_password`, `API_KEY`, `userPassword`, `X-API-Key`... : the name in
-/// snake case (camelCase humps, '-', '.' and ' ' become '_'), then the secret name exactly or
-/// as a `_`-separated suffix.
-fn secret_key_name(k: &str) -> bool {
+/// A field name in snake case: camelCase humps, '-', '.' and ' ' become '_', all lower case.
+fn snake(k: &str) -> String {
     let mut norm = String::with_capacity(k.len() + 4);
     let mut after_lower = false;
     for c in k.chars() {
@@ -59,33 +57,30 @@ fn secret_key_name(k: &str) -> bool {
         after_lower = c.is_ascii_lowercase() || c.is_ascii_digit();
         norm.push(c.to_ascii_lowercase());
     }
-    SECRET_KEYS.iter().any(|sk| {
-        norm.ends_with(sk)
-            && (norm.len() == sk.len() || norm.as_bytes()[norm.len() - sk.len() - 1] == b'_')
-    })
+    norm
+}
+
+/// Whether the snake-case name is `word` or ends with `_word`.
+fn names(norm: &str, word: &str) -> bool {
+    norm.ends_with(word)
+        && (norm.len() == word.len() || norm.as_bytes()[norm.len() - word.len() - 1] == b'_')
+}
+
+/// `password`, `db_password`, `API_KEY`, `userPassword`, `X-API-Key`... : the secret name
+/// exactly or as a `_`-separated suffix of the snake-case name.
+fn secret_key_name(k: &str) -> bool {
+    let norm = snake(k);
+    SECRET_KEYS.iter().any(|sk| names(&norm, sk))
 }
 
 /// `pass`, `pwd`, `pw`, `db_pass`, `mysqlPwd`: abbreviations too short to match inside other
 /// names, so only whole names or `_`-separated suffixes count, and only with a value that
 /// looks like a secret (`{"pass": "true"}` is not one).
 fn short_secret_name(key: &str) -> bool {
-    let mut norm = String::with_capacity(key.len() + 4);
-    let mut after_lower = false;
-    for c in key.chars() {
-        if c == '-' || c == '.' || c == ' ' {
-            norm.push('_');
-            after_lower = false;
-            continue;
-        }
-        if c.is_ascii_uppercase() && after_lower {
-            norm.push('_');
-        }
-        after_lower = c.is_ascii_lowercase() || c.is_ascii_digit();
-        norm.push(c.to_ascii_lowercase());
-    }
+    let norm = snake(key);
     ["pass", "pwd", "pw", "passphrase"]
         .iter()
-        .any(|w| norm == *w || norm.ends_with(&format!("_{w}")))
+        .any(|w| names(&norm, w))
 }
 
 /// A necessary substring of every finding of [`CredentialLeak::scan`].
