@@ -131,10 +131,24 @@ impl Dialect {
 fn rpc_error(err: &Value) -> PeerError {
     let code = err.get("code").and_then(Value::as_i64);
     let message = err.get("message").and_then(Value::as_str);
+    // Agents put the reason in `data` ("Internal error" + data.details: "Cannot enable
+    // privileged approval modes in an untrusted folder."): keep it, bounded.
+    let detail = err
+        .get("data")
+        .map(|d| match d.get("details").and_then(Value::as_str) {
+            Some(s) => s.to_string(),
+            None => d.to_string(),
+        });
     match (code, message) {
         (Some(code), message) => PeerError::Rpc {
             code,
-            message: message.unwrap_or_default().to_string(),
+            message: match detail.filter(|d| !d.is_empty() && d != "null") {
+                Some(d) => {
+                    let d: String = d.chars().take(500).collect();
+                    format!("{}: {d}", message.unwrap_or_default())
+                }
+                None => message.unwrap_or_default().to_string(),
+            },
         },
         _ => PeerError::Protocol(format!("malformed JSON-RPC error object: {err}")),
     }
@@ -143,6 +157,29 @@ fn rpc_error(err: &Value) -> PeerError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_error_keeps_the_reason_the_agent_put_in_data() {
+        let e = rpc_error(
+            &serde_json::json!({"code": -32603, "message": "Internal error",
+            "data": {"details": "Cannot enable privileged approval modes in an untrusted folder."}}),
+        );
+        assert_eq!(
+            e,
+            PeerError::Rpc {
+                code: -32603,
+                message: "Internal error: Cannot enable privileged approval modes in an untrusted folder.".into()
+            }
+        );
+        let plain = rpc_error(&serde_json::json!({"code": 1, "message": "m"}));
+        assert_eq!(
+            plain,
+            PeerError::Rpc {
+                code: 1,
+                message: "m".into()
+            }
+        );
+    }
 
     const WITH: Dialect = Dialect {
         jsonrpc_member: true,
