@@ -8,7 +8,7 @@ use serde_json::{json, Map, Value};
 
 use crate::envelope::{agent_ledger_id, USER_WEB};
 use crate::error::{ErrorCode, GroupxError};
-use crate::request::{invalid, object, MAX_CLIENT_COMMAND_ID};
+use crate::request::{client_command_id, invalid, object, text};
 
 /// Author fields a memory or identity body may not carry: the author is the binding.
 pub const AUTHOR_FIELDS: &[&str] = &["author", "authorActorId"];
@@ -297,38 +297,6 @@ fn fields(body: &[u8], known: &[&str]) -> Result<Map<String, Value>, GroupxError
         return Err(invalid(format!("unknown field `{k}`"), k));
     }
     Ok(m)
-}
-
-pub(crate) fn client_command_id(m: &Map<String, Value>) -> Result<String, GroupxError> {
-    const F: &str = "clientCommandId";
-    match m.get(F) {
-        Some(Value::String(s))
-            if !s.is_empty()
-                && s.len() <= MAX_CLIENT_COMMAND_ID
-                && !s.chars().any(char::is_control) =>
-        {
-            Ok(s.clone())
-        }
-        Some(Value::String(_)) => Err(invalid(
-            format!("clientCommandId must be 1-{MAX_CLIENT_COMMAND_ID} bytes without control characters"),
-            F,
-        )),
-        _ => Err(invalid("clientCommandId (a string) is required", F)),
-    }
-}
-
-/// A required non-blank text of at most `max` bytes (over it: `MESSAGE_TOO_LARGE`).
-pub(crate) fn text(m: &Map<String, Value>, f: &str, max: usize) -> Result<String, GroupxError> {
-    match m.get(f) {
-        Some(Value::String(s)) if s.trim().is_empty() => Err(invalid(format!("{f} is empty"), f)),
-        Some(Value::String(s)) if s.len() > max => Err(GroupxError::new(
-            ErrorCode::MessageTooLarge,
-            format!("{f} is {} bytes; the limit is {max}", s.len()),
-        )
-        .field(f)),
-        Some(Value::String(s)) => Ok(s.clone()),
-        _ => Err(invalid(format!("{f} (a string) is required"), f)),
-    }
 }
 
 /// An optional non-empty string (`null` = absent).

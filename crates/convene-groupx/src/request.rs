@@ -141,6 +141,39 @@ pub(crate) fn object(body: &[u8]) -> Result<Map<String, Value>, GroupxError> {
     Ok(m)
 }
 
+/// The `clientCommandId` of a body: 1-128 bytes, no control characters (every command body).
+pub(crate) fn client_command_id(m: &Map<String, Value>) -> Result<String, GroupxError> {
+    const F: &str = "clientCommandId";
+    match m.get(F) {
+        Some(Value::String(s))
+            if !s.is_empty()
+                && s.len() <= MAX_CLIENT_COMMAND_ID
+                && !s.chars().any(char::is_control) =>
+        {
+            Ok(s.clone())
+        }
+        Some(Value::String(_)) => Err(invalid(
+            format!("clientCommandId must be 1-{MAX_CLIENT_COMMAND_ID} bytes without control characters"),
+            F,
+        )),
+        _ => Err(invalid("clientCommandId (a string) is required", F)),
+    }
+}
+
+/// A required non-blank text of at most `max` bytes (over it: `MESSAGE_TOO_LARGE`).
+pub(crate) fn text(m: &Map<String, Value>, f: &str, max: usize) -> Result<String, GroupxError> {
+    match m.get(f) {
+        Some(Value::String(s)) if s.trim().is_empty() => Err(invalid(format!("{f} is empty"), f)),
+        Some(Value::String(s)) if s.len() > max => Err(GroupxError::new(
+            ErrorCode::MessageTooLarge,
+            format!("{f} is {} bytes; the limit is {max}", s.len()),
+        )
+        .field(f)),
+        Some(Value::String(s)) => Ok(s.clone()),
+        _ => Err(invalid(format!("{f} (a string) is required"), f)),
+    }
+}
+
 /// Parses and validates a `POST /api/messages` body; `max_content` bytes of text at most.
 pub fn parse_post_message(body: &[u8], max_content: usize) -> Result<PostMessage, GroupxError> {
     let m = object(body)?;
@@ -156,42 +189,8 @@ pub fn parse_post_message(body: &[u8], max_content: usize) -> Result<PostMessage
         return Err(invalid(format!("unknown field `{k}`"), k));
     }
     let supervision = parse_supervision(m.get("supervision"))?;
-    let id = match m.get("clientCommandId") {
-        Some(Value::String(s)) if !s.is_empty() && s.len() <= MAX_CLIENT_COMMAND_ID => s.clone(),
-        Some(Value::String(_)) => {
-            return Err(invalid(
-                format!("clientCommandId must be 1-{MAX_CLIENT_COMMAND_ID} bytes"),
-                "clientCommandId",
-            ))
-        }
-        _ => {
-            return Err(invalid(
-                "clientCommandId (a string) is required",
-                "clientCommandId",
-            ))
-        }
-    };
-    if id.chars().any(char::is_control) {
-        return Err(invalid(
-            "clientCommandId has control characters",
-            "clientCommandId",
-        ));
-    }
-    let content = match m.get("content") {
-        Some(Value::String(s)) if !s.trim().is_empty() => s.clone(),
-        Some(Value::String(_)) => return Err(invalid("content is empty", "content")),
-        _ => return Err(invalid("content (a string) is required", "content")),
-    };
-    if content.len() > max_content {
-        return Err(GroupxError::new(
-            ErrorCode::MessageTooLarge,
-            format!(
-                "content is {} bytes; the limit is {max_content}",
-                content.len()
-            ),
-        )
-        .field("content"));
-    }
+    let id = client_command_id(&m)?;
+    let content = text(&m, "content", max_content)?;
     let to = recipients(m.get("to"))?;
     let reply_to_event_id = match m.get("replyToEventId") {
         None | Some(Value::Null) => None,
@@ -298,25 +297,7 @@ pub fn parse_cancel(body: &[u8]) -> Result<CancelRequest, GroupxError> {
 /// content at most. Sender fields are `SENDER_FIELD_FORBIDDEN`, anything else (`to`,
 /// `supervision`, …) `INVALID_ENVELOPE`.
 pub fn parse_assistant_message(b: &[u8], max: usize) -> Result<(String, String), GroupxError> {
-    let v: Value = serde_json::from_slice(b).map_err(|e| {
-        GroupxError::new(ErrorCode::InvalidEnvelope, format!("body is not JSON: {e}"))
-    })?;
-    let Value::Object(m) = v else {
-        return Err(GroupxError::new(
-            ErrorCode::InvalidEnvelope,
-            "body must be a JSON object",
-        ));
-    };
-    if let Some(f) = SENDER_FIELDS.iter().find(|f| m.contains_key(**f)) {
-        return Err(GroupxError::new(
-            ErrorCode::SenderFieldForbidden,
-            format!("`{f}` may not be given: the sender is the caller's binding"),
-        )
-        .field(f));
-    }
-    if let Some(f) = RUNTIME_FIELDS.iter().find(|f| m.contains_key(**f)) {
-        return Err(invalid(format!("`{f}` is fixed by the runtime"), f));
-    }
+    let m = object(b)?;
     if let Some(k) = m
         .keys()
         .find(|k| k.as_str() != "clientCommandId" && k.as_str() != "content")
@@ -329,33 +310,8 @@ pub fn parse_assistant_message(b: &[u8], max: usize) -> Result<(String, String),
             k,
         ));
     }
-    let ccid = match m.get("clientCommandId") {
-        Some(Value::String(s))
-            if !s.is_empty()
-                && s.len() <= MAX_CLIENT_COMMAND_ID
-                && !s.chars().any(char::is_control) =>
-        {
-            s.clone()
-        }
-        _ => {
-            return Err(invalid(
-                format!("clientCommandId must be a string of 1-{MAX_CLIENT_COMMAND_ID} bytes"),
-                "clientCommandId",
-            ))
-        }
-    };
-    let content = match m.get("content") {
-        Some(Value::String(s)) if !s.trim().is_empty() => s.clone(),
-        Some(Value::String(_)) => return Err(invalid("content is empty", "content")),
-        _ => return Err(invalid("content (a string) is required", "content")),
-    };
-    if content.len() > max {
-        return Err(GroupxError::new(
-            ErrorCode::MessageTooLarge,
-            format!("content is {} bytes; the limit is {max}", content.len()),
-        )
-        .field("content"));
-    }
+    let ccid = client_command_id(&m)?;
+    let content = text(&m, "content", max)?;
     Ok((ccid, content))
 }
 

@@ -5,10 +5,9 @@ use serde_json::{json, Map, Value};
 
 use crate::error::{ErrorCode, GroupxError};
 use crate::memory::{
-    agent_id, client_command_id, text, AgentMemoryType, RememberIdentity, RememberMemory, Scope,
-    AUTHOR_FIELDS, MAX_KIND,
+    agent_id, AgentMemoryType, RememberIdentity, RememberMemory, Scope, AUTHOR_FIELDS, MAX_KIND,
 };
-use crate::request::{Recipients, SENDER_FIELDS};
+use crate::request::{client_command_id, text, Recipients, SENDER_FIELDS};
 
 /// The longest a tool may wait (§6.3).
 pub const MAX_WAIT_MS: u64 = 60_000;

@@ -193,6 +193,24 @@ impl Face {
         res
     }
 
+    /// The agents a `supervision` field names, or `SUPERVISION_PAIR_INVALID` (§4.3). Every
+    /// face that takes a supervision pair resolves it here.
+    pub(super) fn observers(
+        &self,
+        sup: Option<&convene_groupx::request::Supervision>,
+    ) -> Result<Vec<String>, GroupxError> {
+        let Some(sup) = sup else {
+            return Ok(Vec::new());
+        };
+        self.targets(
+            &convene_groupx::request::Recipients::Agents(sup.observers.clone()),
+            None,
+        )
+        .map_err(|e| {
+            GroupxError::new(ErrorCode::SupervisionPairInvalid, e.message).field("supervision")
+        })
+    }
+
     /// §4.3: observers are enabled roster agents, not a worker of this command, not the caller.
     fn check_observers(&self, o: &Origin, targets: &[String]) -> Result<(), GroupxError> {
         let bad =

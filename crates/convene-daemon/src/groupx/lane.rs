@@ -167,6 +167,30 @@ async fn commit(
     }
 }
 
+/// The agent's first update proves it has the prompt: `turn.started` (delivered), once per
+/// turn. Returns false at shutdown.
+async fn mark_started(
+    face: &Face,
+    agent: &str,
+    tid: &str,
+    attempt: &str,
+    corr: &Correlation,
+    started: &mut bool,
+) -> bool {
+    if *started {
+        return true;
+    }
+    *started = true;
+    let b = json!({"turnId": tid, "attemptId": attempt});
+    commit(
+        face,
+        agent,
+        |r| status_is(r, tid, &[TurnStatus::Dispatching, TurnStatus::Cancelling]),
+        |_| vec![face.ext("turn.started", corr, b.clone())],
+    )
+    .await
+}
+
 fn status_is(room: &super::room::Room, turn: &str, ok: &[TurnStatus]) -> bool {
     room.turns
         .get(turn)
@@ -534,12 +558,8 @@ async fn run_turn(
                     u = updates.recv() => match u {
                         Some(u) => {
                             deadline = tokio::time::Instant::now() + idle;
-                            if !started {
-                                started = true;
-                                let b = json!({"turnId": tid, "attemptId": attempt});
-                                if !commit(face, &cfg.id, |r| status_is(r, &tid, &[TurnStatus::Dispatching, TurnStatus::Cancelling]), |_| vec![face.ext("turn.started", &corr, b.clone())]).await {
-                                    return false;
-                                }
+                            if !mark_started(face, &cfg.id, &tid, &attempt, &corr, &mut started).await {
+                                return false;
                             }
                             got.take(face, &who, &corr, &tid, u);
                         }
@@ -547,13 +567,9 @@ async fn run_turn(
                     },
                     r = &mut done => {
                         while let Ok(u) = updates.try_recv() {
-                            if !started {
-                                // Updates that raced the answer still prove the start.
-                                started = true;
-                                let b = json!({"turnId": tid, "attemptId": attempt});
-                                if !commit(face, &cfg.id, |r| status_is(r, &tid, &[TurnStatus::Dispatching, TurnStatus::Cancelling]), |_| vec![face.ext("turn.started", &corr, b.clone())]).await {
-                                    return false;
-                                }
+                            // Updates that raced the answer still prove the start.
+                            if !mark_started(face, &cfg.id, &tid, &attempt, &corr, &mut started).await {
+                                return false;
                             }
                             got.take(face, &who, &corr, &tid, u);
                         }

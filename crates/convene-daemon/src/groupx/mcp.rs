@@ -283,14 +283,7 @@ async fn post(
         }
         parent
     };
-    let observers = match &p.supervision {
-        Some(sup) => face
-            .targets(&Recipients::Agents(sup.observers.clone()), None)
-            .map_err(|e| {
-                GroupxError::new(ErrorCode::SupervisionPairInvalid, e.message).field("supervision")
-            })?,
-        None => Vec::new(),
-    };
+    let observers = face.observers(p.supervision.as_ref())?;
     let origin = Origin {
         by: agent.to_string(),
         binding: binding.to_string(),
@@ -313,7 +306,7 @@ async fn post(
 
 impl Face {
     /// The wait a tool may take: what it asked, within the configured bound.
-    fn wait_bound(&self, asked: Option<u64>) -> Duration {
+    pub(super) fn wait_bound(&self, asked: Option<u64>) -> Duration {
         let cap = self.cfg.limits.ask_ms.min(tools::MAX_WAIT_MS);
         Duration::from_millis(asked.unwrap_or(cap).min(cap))
     }

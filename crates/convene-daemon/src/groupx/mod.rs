@@ -377,15 +377,7 @@ impl Face {
     /// commit; a retry with the same clientCommandId answers the first result.
     pub async fn post_message(&self, p: PostMessage) -> Result<Value, GroupxError> {
         let targets = self.targets(&p.to, None)?;
-        let observers = match &p.supervision {
-            Some(sup) => self
-                .targets(&Recipients::Agents(sup.observers.clone()), None)
-                .map_err(|e| {
-                    GroupxError::new(ErrorCode::SupervisionPairInvalid, e.message)
-                        .field("supervision")
-                })?,
-            None => Vec::new(),
-        };
+        let observers = self.observers(p.supervision.as_ref())?;
         let origin = command::Origin {
             by: LEDGER_USER.into(),
             binding: envelope::USER_WEB.into(),

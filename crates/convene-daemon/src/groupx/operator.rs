@@ -116,11 +116,10 @@ async fn call(face: &Arc<Face>, name: &str, args: &Value) -> Result<Value, Group
             let p = tools::parse_post(args, true, true, max)?;
             let c = dispatch(face, "operator.dispatch", &p).await?;
             let ahead = c.turns.iter().any(|(_, _, pos)| *pos > 0);
-            let cap = face.cfg.limits.ask_ms.min(tools::MAX_WAIT_MS);
             let wait = if ahead {
                 Duration::ZERO
             } else {
-                Duration::from_millis(p.timeout_ms.unwrap_or(cap).min(cap))
+                face.wait_bound(p.timeout_ms)
             };
             face.collect(
                 &c.message_event_id,
@@ -184,17 +183,7 @@ async fn dispatch(
         )
         .field("to"));
     }
-    let observers = match &p.supervision {
-        Some(sup) => face
-            .targets(
-                &convene_groupx::request::Recipients::Agents(sup.observers.clone()),
-                None,
-            )
-            .map_err(|e| {
-                GroupxError::new(ErrorCode::SupervisionPairInvalid, e.message).field("supervision")
-            })?,
-        None => Vec::new(),
-    };
+    let observers = face.observers(p.supervision.as_ref())?;
     let origin = Origin {
         by: LEDGER_OPERATOR.to_string(),
         binding: OPERATOR_BINDING.to_string(),
